@@ -1,0 +1,129 @@
+// Package migrations holds pgoutbox's numbered SQL migrations, embedded in the
+// binary, and applies them with goose.
+//
+// Applying is idempotent (a second run is a no-op) and safe under concurrency:
+// goose takes a PostgreSQL session advisory lock for the duration of a run, so
+// two processes migrating at once serialize instead of racing.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// VersionTable is the table in which goose records applied versions.
+const VersionTable = "pgoutbox.goose_db_version"
+
+// FS returns the embedded migration files.
+func FS() fs.FS { return files }
+
+// Status is one migration's state.
+type Status struct {
+	Version int64  `json:"version"`
+	Source  string `json:"source"`
+	Applied bool   `json:"applied"`
+	// AppliedAt is RFC 3339, empty when pending.
+	AppliedAt string `json:"applied_at,omitempty"`
+}
+
+func provider(db *sql.DB) (*goose.Provider, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithSessionLocker(locker),
+		goose.WithTableName(VersionTable),
+	)
+}
+
+func open(dsn string) (*sql.DB, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: open database: %w", err)
+	}
+	return db, nil
+}
+
+// ensureSchema creates the schema holding goose's version table; goose itself
+// does not create schemas. CREATE SCHEMA IF NOT EXISTS is not safe against a
+// concurrent twin, so it runs under a transaction-scoped advisory lock.
+func ensureSchema(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrations: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('pgoutbox.migrations.schema'))`); err != nil {
+		return fmt.Errorf("migrations: lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS pgoutbox`); err != nil {
+		return fmt.Errorf("migrations: create schema pgoutbox: %w", err)
+	}
+	return tx.Commit()
+}
+
+// Up applies every pending migration and returns the versions it applied
+// (none when the database is current).
+func Up(ctx context.Context, dsn string) ([]int64, error) {
+	db, err := open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if err := ensureSchema(ctx, db); err != nil {
+		return nil, err
+	}
+	p, err := provider(db)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: up: %w", err)
+	}
+	out := make([]int64, 0, len(res))
+	for _, r := range res {
+		out = append(out, r.Source.Version)
+	}
+	return out, nil
+}
+
+// List reports every known migration and whether it is applied.
+func List(ctx context.Context, dsn string) ([]Status, error) {
+	db, err := open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if err := ensureSchema(ctx, db); err != nil {
+		return nil, err
+	}
+	p, err := provider(db)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	out := make([]Status, 0, len(st))
+	for _, s := range st {
+		ms := Status{Version: s.Source.Version, Source: s.Source.Path, Applied: s.State == goose.StateApplied}
+		if ms.Applied {
+			ms.AppliedAt = s.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		out = append(out, ms)
+	}
+	return out, nil
+}
