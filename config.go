@@ -1,0 +1,206 @@
+package pgoutbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Config and QueueConfig. Each is used when the field is zero.
+const (
+	// LeaseDurationDefault is how long a claim is owned before a sweeper may
+	// recover it; leases are extended while a delivery runs.
+	LeaseDurationDefault = 60 * time.Second
+	// DeliveryTimeoutDefault bounds one delivery; it must stay below the lease.
+	DeliveryTimeoutDefault = 30 * time.Second
+	// PollIntervalDefault is the polling fallback when no NOTIFY arrives.
+	PollIntervalDefault = time.Second
+	// SweepIntervalDefault is how often expired leases are recovered.
+	SweepIntervalDefault = 5 * time.Second
+	// SweepBatchDefault is the most leases one sweep statement recovers.
+	SweepBatchDefault = 1000
+	// CompletedRetentionDefault keeps completed effects this long
+	// (OUTBOX_COMPLETED_RETENTION).
+	CompletedRetentionDefault = 24 * time.Hour
+	// PruneIntervalDefault is how often completed effects are pruned.
+	PruneIntervalDefault = time.Minute
+	// PruneBatchDefault is the most rows one prune statement deletes.
+	PruneBatchDefault = 1000
+	// CompletionBatchDefault is the most completions in one group commit.
+	CompletionBatchDefault = 1000
+	// ConcurrencyDefault is a queue's number of concurrent deliveries.
+	ConcurrencyDefault = 10
+	// BackoffCapDefault caps the retry backoff (2^attempt seconds).
+	BackoffCapDefault = 300 * time.Second
+)
+
+// Handler delivers one effect to the outside world. Its error is the outcome:
+// nil for success (with optional transitions registered by
+// Delivery.OnComplete), or an error built with Retry, RetryAfter, Permanent or
+// Ambiguous. An unclassified error is a retry for a replay-safe type and
+// ambiguous otherwise. The context ends at the delivery timeout, when the lease
+// is lost, or at a hard stop.
+type Handler func(ctx context.Context, d *Delivery) error
+
+// TxHandler runs an internal job inside the transaction that marks it
+// completed: its writes and the completion commit together, fenced by the
+// lease. An error rolls the transaction back and is classified like a
+// Handler's.
+type TxHandler func(ctx context.Context, tx pgx.Tx, d *Delivery) error
+
+// EffectType registers how an effect type is delivered. Replay safety is
+// decided here, never by the enqueuer.
+type EffectType struct {
+	// Name is the effect_type value, e.g. "github.check_run.create".
+	Name string
+	// ReplaySafe types may be delivered more than once (at-least-once, the
+	// target dedups by key). A type that is not replay-safe gets
+	// delivery_started_at committed before its handler runs, and an unknown
+	// outcome sends it to reconciliation_required, never back to available.
+	ReplaySafe bool
+	// Handler delivers an external effect. Exactly one of Handler and
+	// TxHandler is set.
+	Handler Handler
+	// TxHandler runs an internal job inside its completion transaction.
+	TxHandler TxHandler
+	// Timeout overrides the queue's DeliveryTimeout for this type; it must be
+	// below the lease duration.
+	Timeout time.Duration
+}
+
+// QueueConfig sizes one queue's worker pool.
+type QueueConfig struct {
+	// Concurrency is the number of deliveries in flight; default
+	// ConcurrencyDefault (10).
+	Concurrency int
+	// ClaimBatch is the most effects one claim statement leases; default
+	// Concurrency. A claim never takes more than the free slots.
+	ClaimBatch int
+	// DeliveryTimeout bounds one delivery; default DeliveryTimeoutDefault
+	// (30 s). It must be below Config.LeaseDuration.
+	DeliveryTimeout time.Duration
+}
+
+// Config configures a Client. Zero fields take the documented defaults.
+type Config struct {
+	// ID names this worker in lease_owner; default "<hostname>-<pid>-<random>".
+	ID string
+	// Queues to work, by name. A Client with no queues only enqueues and runs
+	// maintenance.
+	Queues map[string]QueueConfig
+	// Types are the registered effect types.
+	Types []EffectType
+	// Logger receives structured logs; default discards them.
+	Logger *slog.Logger
+	// Registerer receives the client's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// LeaseDuration default LeaseDurationDefault (60 s).
+	LeaseDuration time.Duration
+	// PollInterval default PollIntervalDefault (1 s).
+	PollInterval time.Duration
+	// SweepInterval default SweepIntervalDefault (5 s); negative disables the
+	// sweeper in this client.
+	SweepInterval time.Duration
+	// SweepBatch default SweepBatchDefault (1000).
+	SweepBatch int
+	// CompletedRetention default CompletedRetentionDefault (24 h).
+	CompletedRetention time.Duration
+	// PruneInterval default PruneIntervalDefault (1 min); negative disables
+	// pruning in this client.
+	PruneInterval time.Duration
+	// PruneBatch default PruneBatchDefault (1000).
+	PruneBatch int
+	// CompletionBatch default CompletionBatchDefault (1000).
+	CompletionBatch int
+	// BackoffCap default BackoffCapDefault (300 s).
+	BackoffCap time.Duration
+	// DisableListen turns LISTEN/NOTIFY off (polling only).
+	DisableListen bool
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defi := func(d *int, v int) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseDuration, LeaseDurationDefault)
+	def(&c.PollInterval, PollIntervalDefault)
+	def(&c.SweepInterval, SweepIntervalDefault)
+	def(&c.CompletedRetention, CompletedRetentionDefault)
+	def(&c.PruneInterval, PruneIntervalDefault)
+	def(&c.BackoffCap, BackoffCapDefault)
+	defi(&c.SweepBatch, SweepBatchDefault)
+	defi(&c.PruneBatch, PruneBatchDefault)
+	defi(&c.CompletionBatch, CompletionBatchDefault)
+	if c.LeaseDuration < time.Second {
+		return c, fmt.Errorf("pgoutbox: Config.LeaseDuration must be at least 1s, got %s", c.LeaseDuration)
+	}
+	if c.PollInterval < 0 {
+		return c, fmt.Errorf("pgoutbox: Config.PollInterval must be positive, got %s", c.PollInterval)
+	}
+	queues := make(map[string]QueueConfig, len(c.Queues))
+	for name, q := range c.Queues {
+		if name == "" {
+			return c, fmt.Errorf("pgoutbox: Config.Queues: empty queue name")
+		}
+		defi(&q.Concurrency, ConcurrencyDefault)
+		defi(&q.ClaimBatch, q.Concurrency)
+		def(&q.DeliveryTimeout, DeliveryTimeoutDefault)
+		if q.Concurrency < 0 || q.ClaimBatch < 0 {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency and ClaimBatch must be positive", name)
+		}
+		if q.DeliveryTimeout >= c.LeaseDuration {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].DeliveryTimeout (%s) must be below Config.LeaseDuration (%s)",
+				name, q.DeliveryTimeout, c.LeaseDuration)
+		}
+		queues[name] = q
+	}
+	c.Queues = queues
+	seen := map[string]bool{}
+	for i, t := range c.Types {
+		switch {
+		case t.Name == "":
+			return c, fmt.Errorf("pgoutbox: Config.Types[%d].Name is empty", i)
+		case seen[t.Name]:
+			return c, fmt.Errorf("pgoutbox: Config.Types: %q registered twice", t.Name)
+		case (t.Handler == nil) == (t.TxHandler == nil):
+			return c, fmt.Errorf("pgoutbox: Config.Types[%q]: set exactly one of Handler and TxHandler", t.Name)
+		case t.Timeout >= c.LeaseDuration:
+			return c, fmt.Errorf("pgoutbox: Config.Types[%q].Timeout (%s) must be below Config.LeaseDuration (%s)",
+				t.Name, t.Timeout, c.LeaseDuration)
+		}
+		seen[t.Name] = true
+	}
+	return c, nil
+}
+
+// Backoff is the delay before retry number attempt+1: 2^attempt seconds,
+// capped at limit, with ±10 % jitter.
+func Backoff(attempt int, limit time.Duration) time.Duration {
+	base := math.Pow(2, float64(attempt)) * float64(time.Second)
+	if base > float64(limit) {
+		base = float64(limit)
+	}
+	jitter := 1 + (rand.Float64()*0.2 - 0.1)
+	return time.Duration(base * jitter)
+}

@@ -1,0 +1,38 @@
+package pgoutbox
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Delivery is one claimed effect handed to a handler.
+type Delivery struct {
+	// ID is the effect's id.
+	ID int64
+	// Queue, Type and Key are the effect's queue, type and idempotency key.
+	Queue, Type, Key string
+	// Payload is the effect's JSON payload.
+	Payload json.RawMessage
+	// Attempt counts from 1 for the first delivery.
+	Attempt int
+	// MaxAttempts is the attempt after which a failure dead-letters.
+	MaxAttempts int
+	// CreatedAt is when the enqueuing transaction wrote the effect.
+	CreatedAt time.Time
+	// LeaseToken identifies this lease (not a secret; useful in call logs).
+	LeaseToken string
+
+	onComplete []func(ctx context.Context, tx pgx.Tx) error
+}
+
+// OnComplete registers a transition to run inside the transaction that marks
+// this effect completed (e.g. persist a returned check_run_id). If a
+// transition fails, the transaction rolls back: a replay-safe effect is
+// retried; any other keeps its lease until it expires and the sweeper routes
+// it to reconciliation_required.
+func (d *Delivery) OnComplete(fn func(ctx context.Context, tx pgx.Tx) error) {
+	d.onComplete = append(d.onComplete, fn)
+}

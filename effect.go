@@ -1,0 +1,279 @@
+package pgoutbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// MaxPayloadBytes is the largest JSON payload an effect may carry (64 KiB).
+// Enqueue checks it in Go and the CHECK constraint effects_payload_size
+// enforces it in the database.
+const MaxPayloadBytes = 64 << 10
+
+// MaxAttemptsDefault is the number of delivery attempts after which an effect
+// is dead-lettered when Effect.MaxAttempts is zero (OUTBOX_MAX_ATTEMPTS).
+const MaxAttemptsDefault = 8
+
+// Effect is a side effect owed to the outside world, written in the same
+// transaction as the state change that caused it.
+type Effect struct {
+	// Queue selects the worker pool. Required.
+	Queue string
+	// Type is the registered effect type (e.g. "record.upsert"). Required.
+	Type string
+	// Key is the idempotency key, unique per queue: enqueuing a key that
+	// exists returns the existing id and writes nothing. Required; build it
+	// with Key.
+	Key string
+	// Payload is marshalled with encoding/json; a json.RawMessage or []byte
+	// is used as is (it must be valid JSON). Nil means {}. At most
+	// MaxPayloadBytes, and no key may look like a credential.
+	Payload any
+	// MaxAttempts is the delivery attempts before dead-lettering; zero means
+	// MaxAttemptsDefault.
+	MaxAttempts int
+	// AvailableAt delays the first attempt; zero means the database's now().
+	AvailableAt time.Time
+}
+
+// Key returns a deterministic idempotency key: the hex SHA-256 of the parts
+// joined by "|". Key("record.upsert", id, hash) is the projection's key.
+func Key(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "|")))
+	return hex.EncodeToString(sum[:])
+}
+
+// Enqueue writes one effect inside tx and returns its id. The effect exists if
+// and only if tx commits. A duplicate key in the same queue returns the
+// existing id and writes nothing. Invalid input returns a typed error
+// (*InvalidEffectError, *PayloadTooLargeError, *CredentialKeyError) and writes
+// nothing.
+func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
+	ids, err := EnqueueBatch(ctx, tx, []Effect{e})
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
+}
+
+// EnqueueBatch writes effects inside tx in one statement and returns their ids
+// in input order. Every effect is validated before anything is written: one bad
+// effect fails the whole batch.
+func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, error) {
+	if tx == nil {
+		return nil, &InvalidEffectError{Field: "tx", Reason: "is nil: effects are enqueued inside the caller's transaction"}
+	}
+	if len(effects) == 0 {
+		return nil, nil
+	}
+	rows := make([]store.NewEffect, len(effects))
+	for i, e := range effects {
+		ne, err := prepare(e)
+		if err != nil {
+			if len(effects) > 1 {
+				return nil, fmt.Errorf("effect %d: %w", i, err)
+			}
+			return nil, err
+		}
+		rows[i] = ne
+	}
+	res, err := store.Insert(ctx, tx, rows)
+	if err != nil {
+		var v *store.Violation
+		if errors.As(err, &v) && v.Constraint == "effects_payload_size" {
+			return nil, &PayloadTooLargeError{Size: -1, Limit: MaxPayloadBytes}
+		}
+		return nil, fmt.Errorf("pgoutbox: enqueue: %w", err)
+	}
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids, nil
+}
+
+func prepare(e Effect) (store.NewEffect, error) {
+	switch {
+	case strings.TrimSpace(e.Queue) == "" || len(e.Queue) > 128:
+		return store.NewEffect{}, &InvalidEffectError{Field: "Queue", Reason: "must be 1-128 characters"}
+	case strings.TrimSpace(e.Type) == "" || len(e.Type) > 128:
+		return store.NewEffect{}, &InvalidEffectError{Field: "Type", Reason: "must be 1-128 characters"}
+	case strings.TrimSpace(e.Key) == "" || len(e.Key) > 512:
+		return store.NewEffect{}, &InvalidEffectError{Field: "Key", Reason: "must be 1-512 characters"}
+	case e.MaxAttempts < 0 || e.MaxAttempts > 1000:
+		return store.NewEffect{}, &InvalidEffectError{Field: "MaxAttempts", Reason: "must be between 0 (default) and 1000"}
+	}
+	payload, err := encodePayload(e.Payload)
+	if err != nil {
+		return store.NewEffect{}, err
+	}
+	ne := store.NewEffect{Queue: e.Queue, Type: e.Type, Key: e.Key, Payload: payload, MaxAttempts: e.MaxAttempts}
+	if ne.MaxAttempts == 0 {
+		ne.MaxAttempts = MaxAttemptsDefault
+	}
+	if !e.AvailableAt.IsZero() {
+		t := e.AvailableAt
+		ne.AvailableAt = &t
+	}
+	return ne, nil
+}
+
+func encodePayload(p any) ([]byte, error) {
+	var raw []byte
+	switch v := p.(type) {
+	case nil:
+		raw = []byte("{}")
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, &InvalidEffectError{Field: "Payload", Reason: "cannot be encoded as JSON: " + err.Error()}
+		}
+		raw = b
+	}
+	if len(raw) > MaxPayloadBytes {
+		return nil, &PayloadTooLargeError{Size: len(raw), Limit: MaxPayloadBytes}
+	}
+	if !json.Valid(raw) {
+		return nil, &InvalidEffectError{Field: "Payload", Reason: "is not valid JSON"}
+	}
+	if path, ok := findCredentialKey(raw); ok {
+		return nil, &CredentialKeyError{Path: path}
+	}
+	return raw, nil
+}
+
+// credentialWords are the key words that mark a credential, compared after
+// splitting a key into lower-case words (snake_case, kebab-case, camelCase).
+var credentialWords = map[string]bool{
+	"token": true, "tokens": true, "secret": true, "secrets": true, "password": true,
+	"passwd": true, "passphrase": true, "authorization": true, "credential": true,
+	"credentials": true, "apikey": true, "privatekey": true, "cookie": true,
+}
+
+// credentialPairs are two-word credentials ("private_key", "apiKey").
+var credentialPairs = map[[2]string]bool{
+	{"private", "key"}: true, {"api", "key"}: true, {"access", "key"}: true, {"secret", "key"}: true,
+}
+
+// IsCredentialKey reports whether a payload key looks like a credential:
+// token, secret, password, private_key, authorization, api_key and their
+// variants in any case or separator style.
+func IsCredentialKey(key string) bool {
+	words := splitWords(key)
+	for i, w := range words {
+		if credentialWords[w] {
+			return true
+		}
+		if i > 0 && credentialPairs[[2]string{words[i-1], w}] {
+			return true
+		}
+	}
+	return false
+}
+
+func splitWords(key string) []string {
+	var words []string
+	var cur []rune
+	flush := func() {
+		if len(cur) > 0 {
+			words = append(words, strings.ToLower(string(cur)))
+			cur = cur[:0]
+		}
+	}
+	rs := []rune(key)
+	for i, r := range rs {
+		switch {
+		case !unicode.IsLetter(r) && !unicode.IsDigit(r):
+			flush()
+		case unicode.IsUpper(r) && i > 0 && (unicode.IsLower(rs[i-1]) ||
+			(i+1 < len(rs) && unicode.IsLower(rs[i+1]) && unicode.IsUpper(rs[i-1]))):
+			flush()
+			cur = append(cur, r)
+		default:
+			cur = append(cur, r)
+		}
+	}
+	flush()
+	return words
+}
+
+// findCredentialKey walks every object key at any depth.
+func findCredentialKey(raw []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type frame struct {
+		object bool
+		key    string
+		index  int
+	}
+	var stack []frame
+	path := func() string {
+		var b strings.Builder
+		b.WriteString("$")
+		for _, f := range stack {
+			if f.object {
+				b.WriteString("." + f.key)
+			} else {
+				fmt.Fprintf(&b, "[%d]", f.index)
+			}
+		}
+		return b.String()
+	}
+	expectKey := func() bool { return len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].key == "" }
+	afterValue := func() {
+		if len(stack) == 0 {
+			return
+		}
+		top := &stack[len(stack)-1]
+		if top.object {
+			top.key = ""
+		} else {
+			top.index++
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, frame{object: true})
+			case '[':
+				stack = append(stack, frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				afterValue()
+			}
+		case string:
+			if expectKey() {
+				stack[len(stack)-1].key = t
+				if IsCredentialKey(t) {
+					return path(), true
+				}
+				continue
+			}
+			afterValue()
+		default:
+			afterValue()
+		}
+	}
+}

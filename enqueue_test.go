@@ -1,0 +1,159 @@
+package pgoutbox_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+func TestKey(t *testing.T) {
+	t.Parallel()
+	sum := sha256.Sum256([]byte("record.upsert|r1|abc"))
+	if got, want := pgoutbox.Key("record.upsert", "r1", "abc"), hex.EncodeToString(sum[:]); got != want {
+		t.Fatalf("Key = %s, want %s", got, want)
+	}
+	if pgoutbox.Key("a", "b") == pgoutbox.Key("a", "c") {
+		t.Fatal("different parts gave one key")
+	}
+}
+
+func TestEnqueueDuplicateKeyWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := pgoutbox.Effect{Queue: "q", Type: "t", Key: "k1", Payload: map[string]any{"n": 1}}
+	first := b.enqueue(t, e)[0]
+	if first == 0 {
+		t.Fatal("no id returned")
+	}
+	again := b.enqueue(t, e)[0]
+	if again != first {
+		t.Fatalf("duplicate key returned %d, want the existing %d", again, first)
+	}
+	// Same key in another queue is a different effect.
+	other := b.enqueue(t, pgoutbox.Effect{Queue: "q2", Type: "t", Key: "k1"})[0]
+	if other == first {
+		t.Fatal("keys are unique per queue, not globally")
+	}
+	// A batch repeating a key and an existing key.
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "q", Type: "t", Key: "k2"},
+		pgoutbox.Effect{Queue: "q", Type: "t", Key: "k2"},
+		pgoutbox.Effect{Queue: "q", Type: "t", Key: "k1"},
+	)
+	if ids[0] != ids[1] || ids[2] != first {
+		t.Fatalf("batch ids %v: want [x x %d]", ids, first)
+	}
+	if n := b.count(t); n != 3 {
+		t.Fatalf("%d rows, want 3", n)
+	}
+}
+
+func TestEnqueueRolledBackLeavesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgoutbox.Enqueue(b.ctx, tx, pgoutbox.Effect{Queue: "q", Type: "t", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t); n != 0 {
+		t.Fatalf("%d effects after rollback, want 0", n)
+	}
+}
+
+func TestEnqueueBadInputTypedErrorsWriteNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "existing"})
+	big := strings.Repeat("x", pgoutbox.MaxPayloadBytes)
+	cases := []struct {
+		name   string
+		effect pgoutbox.Effect
+		want   error
+	}{
+		{"too large", pgoutbox.Effect{Queue: "q", Type: "t", Key: "a", Payload: map[string]string{"s": big}}, pgoutbox.ErrPayloadTooLarge},
+		{"token at top", pgoutbox.Effect{Queue: "q", Type: "t", Key: "b", Payload: map[string]any{"token": "x"}}, pgoutbox.ErrCredentialKey},
+		{"nested private_key", pgoutbox.Effect{Queue: "q", Type: "t", Key: "c", Payload: map[string]any{"app": []any{1, map[string]any{"private_key": "x"}}}}, pgoutbox.ErrCredentialKey},
+		{"camel apiKey", pgoutbox.Effect{Queue: "q", Type: "t", Key: "d", Payload: map[string]any{"cfg": map[string]any{"apiKey": "x"}}}, pgoutbox.ErrCredentialKey},
+		{"Authorization", pgoutbox.Effect{Queue: "q", Type: "t", Key: "e", Payload: map[string]any{"headers": map[string]any{"Authorization": "x"}}}, pgoutbox.ErrCredentialKey},
+		{"db_password", pgoutbox.Effect{Queue: "q", Type: "t", Key: "f", Payload: map[string]any{"db_password": "x"}}, pgoutbox.ErrCredentialKey},
+		{"client-secret", pgoutbox.Effect{Queue: "q", Type: "t", Key: "g", Payload: map[string]any{"client-secret": "x"}}, pgoutbox.ErrCredentialKey},
+		{"no queue", pgoutbox.Effect{Type: "t", Key: "h"}, pgoutbox.ErrInvalidEffect},
+		{"no type", pgoutbox.Effect{Queue: "q", Key: "i"}, pgoutbox.ErrInvalidEffect},
+		{"no key", pgoutbox.Effect{Queue: "q", Type: "t"}, pgoutbox.ErrInvalidEffect},
+		{"invalid json", pgoutbox.Effect{Queue: "q", Type: "t", Key: "j", Payload: []byte("{nope")}, pgoutbox.ErrInvalidEffect},
+		{"negative attempts", pgoutbox.Effect{Queue: "q", Type: "t", Key: "k", MaxAttempts: -1}, pgoutbox.ErrInvalidEffect},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := b.count(t)
+			// A valid effect first in the same batch: the whole batch must fail.
+			err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := pgoutbox.EnqueueBatch(b.ctx, tx, []pgoutbox.Effect{{Queue: "q", Type: "t", Key: "valid-" + tc.name}, tc.effect})
+				return err
+			})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if strings.Contains(err.Error(), `"x"`) {
+				t.Fatalf("error text leaks a value: %v", err)
+			}
+			if after := b.count(t); after != before {
+				t.Fatalf("rows %d → %d: bad input wrote something", before, after)
+			}
+		})
+	}
+	var cke *pgoutbox.CredentialKeyError
+	_, err := enqueueOne(b, pgoutbox.Effect{Queue: "q", Type: "t", Key: "z", Payload: map[string]any{"a": map[string]any{"secret": 1}}})
+	if !errors.As(err, &cke) || cke.Path != "$.a.secret" {
+		t.Fatalf("want CredentialKeyError at $.a.secret, got %v", err)
+	}
+}
+
+func enqueueOne(b *bundle, e pgoutbox.Effect) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = pgoutbox.Enqueue(b.ctx, tx, e)
+		return err
+	})
+	return id, err
+}
+
+func TestPayloadCheckConstraint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Plain SQL bypassing the Go check still hits the CHECK constraint.
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload)
+		VALUES ('q', 't', 'k', jsonb_build_object('s', repeat('x', 70000)))`)
+	if err == nil || !strings.Contains(err.Error(), "effects_payload_size") {
+		t.Fatalf("want effects_payload_size violation, got %v", err)
+	}
+	if n := b.count(t); n != 0 {
+		t.Fatalf("%d rows, want 0", n)
+	}
+}
+
+func TestIsCredentialKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]bool{
+		"token": true, "access_token": true, "githubToken": true, "SECRET": true, "webhook-secret": true,
+		"password": true, "private_key": true, "privateKey": true, "authorization": true, "api_key": true,
+		"record_id": false, "title": false, "tokenizer_name": false, "keys": false, "sha": false, "author": false,
+	} {
+		if got := pgoutbox.IsCredentialKey(key); got != want {
+			t.Errorf("IsCredentialKey(%q) = %v, want %v", key, got, want)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package pgoutbox
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLeaseLost is returned (wrapped) when a fenced complete, fail or extend
+// matched no row: the lease expired and was recovered, or another worker holds
+// the effect now. The row was not changed.
+var ErrLeaseLost = errors.New("pgoutbox: lease lost")
+
+// ErrPayloadTooLarge is matched (errors.Is) by *PayloadTooLargeError.
+var ErrPayloadTooLarge = errors.New("pgoutbox: payload too large")
+
+// ErrCredentialKey is matched (errors.Is) by *CredentialKeyError.
+var ErrCredentialKey = errors.New("pgoutbox: payload carries a credential key")
+
+// ErrInvalidEffect is matched (errors.Is) by *InvalidEffectError.
+var ErrInvalidEffect = errors.New("pgoutbox: invalid effect")
+
+// PayloadTooLargeError reports a payload over MaxPayloadBytes.
+type PayloadTooLargeError struct {
+	Size  int // encoded JSON size in bytes
+	Limit int
+}
+
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("pgoutbox: payload is %d bytes, over the %d-byte limit", e.Size, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrPayloadTooLarge) true.
+func (e *PayloadTooLargeError) Is(target error) bool { return target == ErrPayloadTooLarge }
+
+// CredentialKeyError reports a payload key that looks like a credential. Path
+// names the key (e.g. "$.auth.token"), never its value.
+type CredentialKeyError struct {
+	Path string
+}
+
+func (e *CredentialKeyError) Error() string {
+	return fmt.Sprintf("pgoutbox: payload key %s looks like a credential; secrets must not be stored in effects", e.Path)
+}
+
+// Is makes errors.Is(err, ErrCredentialKey) true.
+func (e *CredentialKeyError) Is(target error) bool { return target == ErrCredentialKey }
+
+// InvalidEffectError names the Effect field that failed validation.
+type InvalidEffectError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidEffectError) Error() string {
+	return fmt.Sprintf("pgoutbox: invalid effect: %s %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidEffect) true.
+func (e *InvalidEffectError) Is(target error) bool { return target == ErrInvalidEffect }
+
+// Outcome is how a delivery ended, as classified from a handler's error.
+type Outcome string
+
+// Delivery outcomes (DESIGN.md, "Delivery outcomes").
+const (
+	// OutcomeSuccess: delivered; the effect is completed.
+	OutcomeSuccess Outcome = "success"
+	// OutcomeRetry: a transient failure; nothing was delivered. Retried with
+	// backoff until max attempts, then dead-lettered.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeRetryAfter: like retry, no earlier than the given delay.
+	OutcomeRetryAfter Outcome = "retry_after"
+	// OutcomePermanent: dead-letter now.
+	OutcomePermanent Outcome = "permanent"
+	// OutcomeAmbiguous: the request may have been processed. A retry for a
+	// replay-safe effect type; reconciliation_required otherwise.
+	OutcomeAmbiguous Outcome = "ambiguous"
+	// OutcomeLeaseLost: the worker no longer held the lease when it tried to
+	// record the outcome; nothing was written.
+	OutcomeLeaseLost Outcome = "lease_lost"
+)
+
+// OutcomeError carries a handler's classification of a failure. Build it
+// with Retry, RetryAfter, Permanent or Ambiguous.
+type OutcomeError struct {
+	Outcome Outcome
+	After   time.Duration // for OutcomeRetryAfter
+	Err     error
+}
+
+func (e *OutcomeError) Error() string {
+	msg := "<nil>"
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.Outcome == OutcomeRetryAfter {
+		return fmt.Sprintf("%s (retry after %s)", msg, e.After)
+	}
+	return fmt.Sprintf("%s (%s)", msg, e.Outcome)
+}
+
+func (e *OutcomeError) Unwrap() error { return e.Err }
+
+// Retry classifies err as transient with nothing delivered: the effect is
+// retried with backoff. For a non-replay-safe effect it asserts that the
+// request was not sent, so the effect may be sent again. A plain (unclassified)
+// error is a retry for replay-safe types and ambiguous for the others.
+func Retry(err error) error { return &OutcomeError{Outcome: OutcomeRetry, Err: err} }
+
+// RetryAfter is Retry no earlier than d from now (database clock), or later
+// if the backoff is longer. Use it for Retry-After and rate-limit resets.
+func RetryAfter(d time.Duration, err error) error {
+	return &OutcomeError{Outcome: OutcomeRetryAfter, After: d, Err: err}
+}
+
+// Permanent classifies err as a permanent failure: the effect is
+// dead-lettered now, whatever attempts remain.
+func Permanent(err error) error { return &OutcomeError{Outcome: OutcomePermanent, Err: err} }
+
+// Ambiguous says the request may have been processed (a timeout or reset
+// after sending, a 5xx to a non-idempotent call, a malformed 2xx). A
+// replay-safe effect is retried; any other goes to reconciliation_required.
+func Ambiguous(err error) error { return &OutcomeError{Outcome: OutcomeAmbiguous, Err: err} }
+
+// classify maps a handler's error to an outcome for an effect type.
+func classify(err error, replaySafe bool) (Outcome, time.Duration) {
+	if err == nil {
+		return OutcomeSuccess, 0
+	}
+	var oe *OutcomeError
+	if errors.As(err, &oe) {
+		return oe.Outcome, oe.After
+	}
+	if replaySafe {
+		return OutcomeRetry, 0
+	}
+	return OutcomeAmbiguous, 0
+}

@@ -1,0 +1,431 @@
+// Package store holds every SQL statement of the pgoutbox engine: enqueue,
+// claim, complete, fail, extend, sweep, prune and replay. Nothing else in the
+// engine writes SQL against pgoutbox.effects.
+//
+// Every state change out of `leased` is fenced: it matches the effect id, the
+// lease token and the expected effect type, and it requires the row to still
+// be `leased`. A statement that matches no row means the caller's lease was
+// lost (recovered by a sweeper, re-claimed by another worker); callers map
+// that to pgoutbox.ErrLeaseLost. Driver errors are mapped once, here, by
+// [MapError].
+//
+// All time arithmetic uses the database clock (now()); callers pass durations
+// in seconds, never absolute timestamps computed on the worker.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DBTX is what every function here runs on: a pool, a connection or a
+// transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// NotifyChannel is the LISTEN/NOTIFY channel; the payload is the queue name.
+// The insert trigger of migration 00001 notifies it.
+const NotifyChannel = "pgoutbox_effects"
+
+// ListenSQL subscribes a connection to NotifyChannel.
+const ListenSQL = "LISTEN " + NotifyChannel
+
+// Violation is a constraint failure reported by the database, mapped once.
+type Violation struct {
+	Constraint string
+	Err        error
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("store: constraint %s violated", v.Constraint)
+}
+
+func (v *Violation) Unwrap() error { return v.Err }
+
+// MapError turns a driver error into a *Violation for check and unique
+// violations (so callers can type-switch on the constraint name) and leaves
+// every other error as it is.
+func MapError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "23514" || pgErr.Code == "23505" || pgErr.Code == "23502") {
+		return &Violation{Constraint: pgErr.ConstraintName, Err: err}
+	}
+	return err
+}
+
+// NewEffect is one row to insert.
+type NewEffect struct {
+	Queue       string
+	Type        string
+	Key         string
+	Payload     []byte
+	MaxAttempts int
+	// AvailableAt nil means now().
+	AvailableAt *time.Time
+}
+
+const insertSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
+        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, ord)
+), inserted AS (
+    INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, max_attempts, available_at)
+    SELECT queue, effect_type, idempotency_key, payload, max_attempts, coalesce(available_at, now())
+    FROM input ORDER BY ord
+    ON CONFLICT (queue, idempotency_key) DO NOTHING
+    RETURNING id, queue, idempotency_key
+)
+SELECT input.ord, coalesce(inserted.id, existing.id) AS id, inserted.id IS NOT NULL AS created
+FROM input
+LEFT JOIN inserted ON inserted.queue = input.queue AND inserted.idempotency_key = input.idempotency_key
+LEFT JOIN pgoutbox.effects existing ON inserted.id IS NULL
+    AND existing.queue = input.queue AND existing.idempotency_key = input.idempotency_key
+ORDER BY input.ord`
+
+// Inserted is the outcome of one NewEffect.
+type Inserted struct {
+	ID      int64
+	Created bool // false: the key already existed in the queue and nothing was written
+}
+
+// Insert writes effects in one statement; a key already present in its queue
+// (including earlier in the same batch) returns the existing id and writes
+// nothing. Results are in input order.
+func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, error) {
+	n := len(effects)
+	queues, types, keys := make([]string, n), make([]string, n), make([]string, n)
+	payloads, maxAttempts := make([]string, n), make([]int32, n)
+	avail := make([]*time.Time, n)
+	for i, e := range effects {
+		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
+		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
+	}
+	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out := make([]Inserted, 0, n)
+	for rows.Next() {
+		var ord int64
+		var ins Inserted
+		var id *int64
+		if err := rows.Scan(&ord, &id, &ins.Created); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if id != nil {
+			ins.ID = *id
+		}
+		out = append(out, ins)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, MapError(err)
+	}
+	// A key repeated inside the batch joins the one row the statement
+	// inserted: only its first occurrence counts as created.
+	first := make(map[[2]string]int, n)
+	for i := range out {
+		k := [2]string{queues[i], keys[i]}
+		if j, ok := first[k]; ok {
+			out[i] = Inserted{ID: out[j].ID}
+			continue
+		}
+		first[k] = i
+		if out[i].ID == 0 {
+			// The conflicting row was committed by a concurrent transaction
+			// after this statement's snapshot: ON CONFLICT waited for it, and
+			// a fresh statement sees it.
+			if err := db.QueryRow(ctx, lookupSQL, queues[i], keys[i]).Scan(&out[i].ID); err != nil {
+				return nil, MapError(err)
+			}
+		}
+	}
+	return out, nil
+}
+
+const lookupSQL = `SELECT id FROM pgoutbox.effects WHERE queue = $1 AND idempotency_key = $2`
+
+// Claimed is a leased effect handed to a worker.
+type Claimed struct {
+	ID                int64
+	Queue             string
+	Type              string
+	Key               string
+	Payload           []byte
+	Attempt           int
+	MaxAttempts       int
+	Token             uuid.UUID
+	CreatedAt         time.Time
+	ClaimLatency      time.Duration // now() at claim minus available_at
+	DeliveryStartedAt *time.Time
+}
+
+const claimSQL = `
+WITH next AS (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'available' AND queue = $1 AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgoutbox.effects e
+SET state = 'leased', attempts = e.attempts + 1, lease_owner = $3,
+    lease_token = gen_random_uuid(), leased_at = now(),
+    lease_expires_at = now() + make_interval(secs => $4)
+FROM next
+WHERE e.id = next.id
+RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
+    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at`
+
+// Claim leases up to limit available effects of a queue, oldest
+// (available_at, id) first, skipping rows another claimer holds.
+func Claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease time.Duration) ([]Claimed, error) {
+	rows, err := db.Query(ctx, claimSQL, queue, limit, owner, lease.Seconds())
+	if err != nil {
+		return nil, MapError(err)
+	}
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		var c Claimed
+		var lat float64
+		if err := rows.Scan(&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
+			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt); err != nil {
+			return nil, err
+		}
+		if lat < 0 {
+			lat = 0
+		}
+		c.ClaimLatency = time.Duration(lat * float64(time.Second))
+		out = append(out, c)
+	}
+	return out, MapError(rows.Err())
+}
+
+// Fence identifies a lease: the effect, its token and its expected type.
+type Fence struct {
+	ID    int64
+	Token uuid.UUID
+	Type  string
+}
+
+func fenceArrays(fs []Fence) ([]int64, []uuid.UUID, []string) {
+	ids, toks, types := make([]int64, len(fs)), make([]uuid.UUID, len(fs)), make([]string, len(fs))
+	for i, f := range fs {
+		ids[i], toks[i], types[i] = f.ID, f.Token, f.Type
+	}
+	return ids, toks, types
+}
+
+const completeSQL = `
+UPDATE pgoutbox.effects e
+SET state = 'completed', completed_at = now(), lease_token = NULL, lease_expires_at = NULL, last_error = NULL
+FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
+WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8`
+
+// Completed maps the id of each effect that was completed to its lag
+// (creation to completion, database clock). Fences absent from the map had
+// lost their lease.
+type Completed map[int64]time.Duration
+
+// Complete marks leased effects completed in one statement (a group commit
+// when run on its own), fenced by id, token and type.
+func Complete(ctx context.Context, db DBTX, fences []Fence) (Completed, error) {
+	ids, toks, types := fenceArrays(fences)
+	rows, err := db.Query(ctx, completeSQL, ids, toks, types)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	defer rows.Close()
+	out := make(Completed, len(fences))
+	for rows.Next() {
+		var id int64
+		var lag float64
+		if err := rows.Scan(&id, &lag); err != nil {
+			return nil, err
+		}
+		out[id] = time.Duration(lag * float64(time.Second))
+	}
+	return out, MapError(rows.Err())
+}
+
+// FailKind says where a failed delivery goes.
+type FailKind string
+
+// Failure routes.
+const (
+	// FailRetry: back to available after the delay, or dead_letter when
+	// attempts are exhausted; clears delivery_started_at (the handler asserts
+	// nothing was delivered).
+	FailRetry FailKind = "retry"
+	// FailDeadLetter: dead_letter now (a permanent failure).
+	FailDeadLetter FailKind = "dead_letter"
+	// FailReconcile: reconciliation_required (outcome unknown, not replay-safe).
+	FailReconcile FailKind = "reconcile"
+	// FailRelease: back to available now without judging the attempt (a
+	// worker shutting down), or reconciliation_required when delivery started.
+	FailRelease FailKind = "release"
+)
+
+const failSQL = `
+WITH target AS (
+    SELECT id, attempts, max_attempts, delivery_started_at,
+        (CASE
+            WHEN $4 = 'reconcile' OR ($4 = 'release' AND delivery_started_at IS NOT NULL) THEN 'reconciliation_required'
+            WHEN $4 = 'dead_letter' OR ($4 = 'retry' AND attempts >= max_attempts) THEN 'dead_letter'
+            ELSE 'available'
+        END)::pgoutbox.effect_state AS next_state
+    FROM pgoutbox.effects
+    WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3
+    FOR UPDATE
+)
+UPDATE pgoutbox.effects e
+SET state = t.next_state,
+    available_at = CASE WHEN t.next_state = 'available' THEN now() + make_interval(secs => $5) ELSE e.available_at END,
+    dead_lettered_at = CASE WHEN t.next_state = 'dead_letter' THEN now() END,
+    reconciliation_at = CASE WHEN t.next_state = 'reconciliation_required' THEN now() END,
+    delivery_started_at = CASE WHEN t.next_state = 'available' THEN NULL ELSE e.delivery_started_at END,
+    lease_token = NULL, lease_expires_at = NULL, last_error = left($6, 2000)
+FROM target t
+WHERE e.id = t.id
+RETURNING e.state::text`
+
+// Fail records a failed delivery, fenced; delay applies only when the effect
+// returns to available. It returns the new state, or found=false when the
+// lease was lost.
+func Fail(ctx context.Context, db DBTX, f Fence, kind FailKind, delay time.Duration, lastError string) (state string, found bool, err error) {
+	err = db.QueryRow(ctx, failSQL, f.ID, f.Token, f.Type, string(kind), delay.Seconds(), lastError).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, MapError(err)
+	}
+	return state, true, nil
+}
+
+const startSQL = `
+UPDATE pgoutbox.effects SET delivery_started_at = now()
+WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3`
+
+// MarkStarted records, fenced, that delivery of a non-replay-safe effect is
+// about to start. It must commit before the request is sent. found=false
+// means the lease was lost.
+func MarkStarted(ctx context.Context, db DBTX, f Fence) (found bool, err error) {
+	tag, err := db.Exec(ctx, startSQL, f.ID, f.Token, f.Type)
+	if err != nil {
+		return false, MapError(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+const extendSQL = `
+UPDATE pgoutbox.effects e
+SET lease_expires_at = now() + make_interval(secs => $4)
+FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
+WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+RETURNING e.id`
+
+// Extend pushes the leases of in-flight effects to now()+lease in one
+// statement and returns the ids still held; a missing id lost its lease.
+func Extend(ctx context.Context, db DBTX, fences []Fence, lease time.Duration) (map[int64]bool, error) {
+	ids, toks, types := fenceArrays(fences)
+	rows, err := db.Query(ctx, extendSQL, ids, toks, types, lease.Seconds())
+	if err != nil {
+		return nil, MapError(err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out := make(map[int64]bool, len(held))
+	for _, id := range held {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// Rescued is one effect moved by the sweeper.
+type Rescued struct {
+	ID    int64
+	Queue string
+	Type  string
+	State string
+}
+
+const sweepSQL = `
+WITH expired AS (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'leased' AND lease_expires_at < now() - make_interval(secs => $2)
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), routed AS (
+    SELECT e.id,
+        (CASE
+            WHEN e.delivery_started_at IS NOT NULL THEN 'reconciliation_required'
+            WHEN e.attempts >= e.max_attempts THEN 'dead_letter'
+            ELSE 'available'
+        END)::pgoutbox.effect_state AS next_state,
+        e.lease_owner
+    FROM pgoutbox.effects e JOIN expired USING (id)
+)
+UPDATE pgoutbox.effects e
+SET state = r.next_state,
+    available_at = CASE WHEN r.next_state = 'available' THEN now() ELSE e.available_at END,
+    dead_lettered_at = CASE WHEN r.next_state = 'dead_letter' THEN now() END,
+    reconciliation_at = CASE WHEN r.next_state = 'reconciliation_required' THEN now() END,
+    lease_token = NULL, lease_expires_at = NULL,
+    last_error = 'lease expired (owner ' || coalesce(r.lease_owner, '?') || ')'
+FROM routed r
+WHERE e.id = r.id AND e.state = 'leased'
+RETURNING e.id, e.queue, e.effect_type, e.state::text`
+
+// Sweep recovers up to limit leases that expired more than grace ago
+// (database clock): a started non-replay-safe effect goes to
+// reconciliation_required, an exhausted one to dead_letter, any other back to
+// available. Concurrent sweepers skip each other's rows, so each lease is
+// recovered once.
+func Sweep(ctx context.Context, db DBTX, limit int, grace time.Duration) ([]Rescued, error) {
+	rows, err := db.Query(ctx, sweepSQL, limit, grace.Seconds())
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Rescued, error) {
+		var x Rescued
+		err := r.Scan(&x.ID, &x.Queue, &x.Type, &x.State)
+		return x, err
+	})
+	return out, MapError(err)
+}
+
+const pruneSQL = `
+DELETE FROM pgoutbox.effects
+WHERE id IN (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'completed' AND completed_at < now() - make_interval(secs => $1)
+    ORDER BY completed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+
+// Prune deletes up to limit completed effects older than retention and
+// returns how many it deleted. Dead letters and reconciliation records are
+// never pruned.
+func Prune(ctx context.Context, db DBTX, retention time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, pruneSQL, retention.Seconds(), limit)
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,130 @@
+package pgoutbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// DB is what the manual lease API runs on: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx.
+type DB = store.DBTX
+
+// State is an effect's state (DESIGN.md, "States").
+type State string
+
+// Effect states.
+const (
+	StateAvailable              State = "available"
+	StateLeased                 State = "leased"
+	StateCompleted              State = "completed"
+	StateDeadLetter             State = "dead_letter"
+	StateReconciliationRequired State = "reconciliation_required"
+)
+
+// Lease is an effect claimed through the manual API (ClaimLeases), for
+// callers that deliver outside a Client: relays, consumers, tests. Every
+// method is fenced by the effect id, the lease token and the effect type; a
+// lease that was recovered returns ErrLeaseLost and changes nothing.
+type Lease struct {
+	Delivery
+	fence store.Fence
+}
+
+// ClaimLeases leases up to limit available effects of queue for owner, oldest
+// (available_at, id) first, with FOR UPDATE SKIP LOCKED.
+func ClaimLeases(ctx context.Context, db DB, queue, owner string, limit int, lease time.Duration) ([]*Lease, error) {
+	claimed, err := store.Claim(ctx, db, queue, owner, limit, lease)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: claim: %w", err)
+	}
+	out := make([]*Lease, len(claimed))
+	for i, cl := range claimed {
+		out[i] = &Lease{
+			Delivery: Delivery{
+				ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
+				Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
+				LeaseToken: cl.Token.String(),
+			},
+			fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
+		}
+	}
+	return out, nil
+}
+
+func leaseLost(op string, id int64) error {
+	return fmt.Errorf("pgoutbox: %s effect %d: %w", op, id, ErrLeaseLost)
+}
+
+// Complete marks the effect completed (inside tx when db is a transaction).
+func (l *Lease) Complete(ctx context.Context, db DB) error {
+	done, err := store.Complete(ctx, db, []store.Fence{l.fence})
+	if err != nil {
+		return fmt.Errorf("pgoutbox: complete: %w", err)
+	}
+	if _, ok := done[l.ID]; !ok {
+		return leaseLost("complete", l.ID)
+	}
+	return nil
+}
+
+// MarkStarted commits that delivery of a non-replay-safe effect starts now;
+// from then on an unknown outcome routes it to reconciliation_required.
+func (l *Lease) MarkStarted(ctx context.Context, db DB) error {
+	ok, err := store.MarkStarted(ctx, db, l.fence)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: mark started: %w", err)
+	}
+	if !ok {
+		return leaseLost("mark started", l.ID)
+	}
+	return nil
+}
+
+// Fail records a failed delivery classified like a handler's error (see
+// Retry, RetryAfter, Permanent, Ambiguous) for an effect type of the given
+// replay safety, with backoff capped at backoffCap, and returns the new state.
+func (l *Lease) Fail(ctx context.Context, db DB, herr error, replaySafe bool, backoffCap time.Duration) (State, error) {
+	kind, delay := failRoute(herr, replaySafe, l.Attempt, backoffCap)
+	state, found, err := store.Fail(ctx, db, l.fence, kind, delay, herr.Error())
+	if err != nil {
+		return "", fmt.Errorf("pgoutbox: fail: %w", err)
+	}
+	if !found {
+		return "", leaseLost("fail", l.ID)
+	}
+	return State(state), nil
+}
+
+// Extend pushes the lease to now()+d (database clock).
+func (l *Lease) Extend(ctx context.Context, db DB, d time.Duration) error {
+	kept, err := store.Extend(ctx, db, []store.Fence{l.fence}, d)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: extend: %w", err)
+	}
+	if !kept[l.ID] {
+		return leaseLost("extend", l.ID)
+	}
+	return nil
+}
+
+// failRoute maps a handler error to where the effect goes and after what
+// delay: retry with backoff (Retry-After wins when later), dead letter,
+// or reconciliation for an ambiguous non-replay-safe effect.
+func failRoute(herr error, replaySafe bool, attempt int, backoffCap time.Duration) (store.FailKind, time.Duration) {
+	outcome, after := classify(herr, replaySafe)
+	kind, delay := store.FailRetry, Backoff(attempt, backoffCap)
+	switch outcome {
+	case OutcomeRetryAfter:
+		delay = max(delay, after)
+	case OutcomePermanent:
+		kind = store.FailDeadLetter
+	case OutcomeAmbiguous:
+		if !replaySafe {
+			kind = store.FailReconcile
+		}
+	}
+	return kind, delay
+}

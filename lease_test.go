@@ -1,0 +1,204 @@
+package pgoutbox_test
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+// expire moves an effect's lease into the past (what waiting out the lease
+// would do, without waiting).
+func expire(t *testing.T, b *bundle, ids ...int64) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET lease_expires_at = now() - interval '1 second'
+		WHERE id = ANY($1) AND state = 'leased'`, ids); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func claimOne(t *testing.T, b *bundle, owner string) *pgoutbox.Lease {
+	t.Helper()
+	ls, err := pgoutbox.ClaimLeases(b.ctx, b.pool, "q", owner, 1, time.Minute)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("claim: %v (%d)", err, len(ls))
+	}
+	return ls[0]
+}
+
+func newSweeper(t *testing.T, b *bundle) *pgoutbox.Client {
+	t.Helper()
+	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestFencingAfterRecoveryAndReclaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "k"})[0]
+	stale := claimOne(t, b, "worker-a")
+	expire(t, b, id)
+	if n, err := newSweeper(t, b).Sweep(b.ctx); err != nil || n != 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	fresh := claimOne(t, b, "worker-b")
+	if fresh.ID != id || fresh.LeaseToken == stale.LeaseToken || fresh.Attempt != 2 {
+		t.Fatalf("reclaim: %+v", fresh.Delivery)
+	}
+	before := b.rowJSON(t, id)
+	if err := stale.Complete(b.ctx, b.pool); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("stale complete: %v", err)
+	}
+	if _, err := stale.Fail(b.ctx, b.pool, errors.New("x"), true, time.Second); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("stale fail: %v", err)
+	}
+	if err := stale.Extend(b.ctx, b.pool, time.Hour); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("stale extend: %v", err)
+	}
+	if err := stale.MarkStarted(b.ctx, b.pool); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("stale mark started: %v", err)
+	}
+	if after := b.rowJSON(t, id); after != before {
+		t.Fatalf("a stale worker changed the row:\n%s\n%s", before, after)
+	}
+	if err := fresh.Extend(b.ctx, b.pool, time.Hour); err != nil {
+		t.Fatalf("live extend: %v", err)
+	}
+	if err := fresh.Complete(b.ctx, b.pool); err != nil {
+		t.Fatalf("live complete: %v", err)
+	}
+	if r := b.row(t, id); r.State != "completed" {
+		t.Fatalf("state %s", r.State)
+	}
+	if err := fresh.Complete(b.ctx, b.pool); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("second complete: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestFenceChecksEffectType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "k"})[0]
+	l := claimOne(t, b, "w")
+	// Retype the row behind the worker's back: its fence must no longer match.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET effect_type = 'other' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Complete(b.ctx, b.pool); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("complete with the wrong type: %v", err)
+	}
+	if r := b.row(t, id); r.State != "leased" {
+		t.Fatalf("state %s, want leased", r.State)
+	}
+}
+
+func TestSweeperRoutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "safe"},
+		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "started"},
+		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "not-started"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "exhausted", MaxAttempts: 1},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "live"},
+	)
+	ls, err := pgoutbox.ClaimLeases(b.ctx, b.pool, "q", "w", 5, time.Minute)
+	if err != nil || len(ls) != 5 {
+		t.Fatalf("claim %d %v", len(ls), err)
+	}
+	byID := map[int64]*pgoutbox.Lease{}
+	for _, l := range ls {
+		byID[l.ID] = l
+	}
+	if err := byID[ids[1]].MarkStarted(b.ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	expire(t, b, ids[:4]...)
+	n, err := newSweeper(t, b).Sweep(b.ctx)
+	if err != nil || n != 4 {
+		t.Fatalf("swept %d (%v), want 4", n, err)
+	}
+	want := []string{"available", "reconciliation_required", "available", "dead_letter", "leased"}
+	for i, id := range ids {
+		if r := b.row(t, id); r.State != want[i] {
+			t.Errorf("effect %d: %s, want %s", i, r.State, want[i])
+		}
+	}
+	if r := b.row(t, ids[0]); r.AvailableIn > 0.5 || r.Token != nil {
+		t.Errorf("rescued effect not immediately available: %+v", r)
+	}
+}
+
+func TestTwoSweepersRescueEachEffectOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var effects []pgoutbox.Effect
+	for i := range 2000 {
+		effects = append(effects, pgoutbox.Effect{Queue: "q", Type: "t", Key: strconv.Itoa(i)})
+	}
+	b.enqueue(t, effects...)
+	if _, err := pgoutbox.ClaimLeases(b.ctx, b.pool, "q", "dead", 2000, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET lease_expires_at = now() - interval '1 s'`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	counts := make([]int, 2)
+	for i := range 2 {
+		s := newSweeper(t, b)
+		wg.Go(func() {
+			n, err := s.Sweep(b.ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			counts[i] = n
+		})
+	}
+	wg.Wait()
+	if counts[0]+counts[1] != 2000 {
+		t.Fatalf("rescued %v, want 2000 in total", counts)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'available'`); n != 2000 {
+		t.Fatalf("%d available, want 2000", n)
+	}
+}
+
+func TestPruneKeepsDeadLettersAndReconciliation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var effects []pgoutbox.Effect
+	for i := range 2500 {
+		effects = append(effects, pgoutbox.Effect{Queue: "q", Type: "t", Key: strconv.Itoa(i)})
+	}
+	b.enqueue(t, effects...)
+	if _, err := b.pool.Exec(b.ctx, `
+		UPDATE pgoutbox.effects SET
+		  state = CASE WHEN id % 10 = 0 THEN 'dead_letter' WHEN id % 10 = 1 THEN 'reconciliation_required' ELSE 'completed' END::pgoutbox.effect_state,
+		  completed_at = CASE WHEN id % 10 > 1 THEN now() - CASE WHEN id % 2 = 0 THEN interval '25 hours' ELSE interval '1 hour' END END,
+		  dead_lettered_at = now() - interval '30 days'`); err != nil {
+		t.Fatal(err)
+	}
+	oldCompleted := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND completed_at < now() - interval '24 hours'`)
+	before := b.count(t)
+	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{PruneBatch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Prune(b.ctx)
+	if err != nil || n != oldCompleted {
+		t.Fatalf("pruned %d (%v), want %d", n, err, oldCompleted)
+	}
+	if after := b.count(t); after != before-oldCompleted {
+		t.Fatalf("rows %d → %d", before, after)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state IN ('dead_letter','reconciliation_required')`); n != 500 {
+		t.Fatalf("%d dead letters + reconciliation records, want 500 (never pruned)", n)
+	}
+}

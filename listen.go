@@ -1,0 +1,60 @@
+package pgoutbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// listen holds one dedicated connection in LISTEN and wakes the queue named
+// by each notification. After every (re)connect it wakes every queue: the
+// catch-up read for notifications missed while disconnected. The poll
+// interval covers the time the connection is down.
+func (c *Client) listen(ctx context.Context) {
+	defer c.runWG.Done()
+	cfg := c.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "pgoutbox-listener"
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		connected, err := c.listenOnce(ctx, cfg)
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			backoff = 100 * time.Millisecond
+		}
+		c.log.Warn("listener disconnected; polling until it reconnects", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *Client) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) (connected bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, store.ListenSQL); err != nil {
+		return false, err
+	}
+	for _, q := range c.queues {
+		signal(q.wake)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, err
+		}
+		if q, ok := c.queues[n.Payload]; ok {
+			signal(q.wake)
+		}
+	}
+}

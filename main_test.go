@@ -1,0 +1,174 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	pgtest.Main(m, func() error { return goleak.Find() })
+}
+
+// bundle is what a test gets from setup.
+type bundle struct {
+	pool *pgxpool.Pool
+	dsn  string
+	ctx  context.Context
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool, dsn := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return &bundle{pool: pool, dsn: dsn, ctx: ctx}
+}
+
+// startClient starts a client and stops it at cleanup.
+func (b *bundle) startClient(t *testing.T, cfg pgoutbox.Config) *pgoutbox.Client {
+	t.Helper()
+	if cfg.BackoffCap == 0 {
+		cfg.BackoffCap = time.Millisecond // retries are immediate in tests unless a test says otherwise
+	}
+	c, err := pgoutbox.NewClient(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return c
+}
+
+// enqueue writes effects in one committed transaction.
+func (b *bundle) enqueue(t *testing.T, effects ...pgoutbox.Effect) []int64 {
+	t.Helper()
+	var ids []int64
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = pgoutbox.EnqueueBatch(b.ctx, tx, effects)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func (b *bundle) scalar(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (b *bundle) count(t *testing.T) int64 {
+	return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects`)
+}
+
+// row is the externally visible part of an effect.
+type row struct {
+	State       string
+	Attempts    int
+	Token       *string
+	Expires     *time.Time
+	Started     *time.Time
+	AvailableIn float64 // available_at - now(), seconds
+	LastError   *string
+}
+
+func (b *bundle) row(t *testing.T, id int64) row {
+	t.Helper()
+	var r row
+	err := b.pool.QueryRow(b.ctx, `
+		SELECT state::text, attempts, lease_token::text, lease_expires_at, delivery_started_at,
+		       extract(epoch FROM available_at - now())::float8, last_error
+		FROM pgoutbox.effects WHERE id = $1`, id).
+		Scan(&r.State, &r.Attempts, &r.Token, &r.Expires, &r.Started, &r.AvailableIn, &r.LastError)
+	if err != nil {
+		t.Fatalf("row %d: %v", id, err)
+	}
+	return r
+}
+
+// rowJSON captures a whole row, to prove a write changed nothing.
+func (b *bundle) rowJSON(t *testing.T, id int64) string {
+	t.Helper()
+	var s string
+	if err := b.pool.QueryRow(b.ctx, `SELECT to_jsonb(e)::text FROM pgoutbox.effects e WHERE id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// watcher remembers every event of a subscription, so waiting for one
+// effect never loses another's.
+type watcher struct {
+	ch   <-chan pgoutbox.Event
+	seen map[[2]any]pgoutbox.Event
+}
+
+func watch(t *testing.T, c *pgoutbox.Client) *watcher {
+	ch, done := c.Subscribe(1 << 16)
+	t.Cleanup(done)
+	return &watcher{ch: ch, seen: map[[2]any]pgoutbox.Event{}}
+}
+
+// waitEvent returns the event that put effect id into state, reading events
+// until it arrives (or the test's deadline passes).
+func (b *bundle) waitEvent(t *testing.T, w *watcher, id int64, state string) pgoutbox.Event {
+	t.Helper()
+	for {
+		if e, ok := w.seen[[2]any{id, state}]; ok {
+			return e
+		}
+		select {
+		case e := <-w.ch:
+			w.seen[[2]any{e.EffectID, e.State}] = e
+		case <-b.ctx.Done():
+			t.Fatalf("effect %d never reached %s", id, state)
+		}
+	}
+}
+
+// waitFor polls the database until cond holds (for conditions written by
+// other processes, which cannot send events); it fails at the deadline.
+func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-b.ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func payload(v map[string]any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}

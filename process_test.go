@@ -1,0 +1,248 @@
+package pgoutbox_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+// The test binary doubles as a worker process: with childEnv set, TestMain
+// runs childMain instead of the tests.
+const (
+	childEnv    = "PGOUTBOX_TEST_CHILD"
+	childDSN    = "PGOUTBOX_TEST_CHILD_DSN"
+	childLog    = "PGOUTBOX_TEST_CHILD_LOG"
+	childConcur = "PGOUTBOX_TEST_CHILD_CONCURRENCY"
+)
+
+// childMain is a worker process. Mode "drain" completes every effect of
+// queue "bulk", appending "id token pid" per handler call to the call log, and
+// stops gracefully when stdin closes. Mode "crash" prints "started <id>" for
+// each delivery of queue "q" and then hangs until it is killed.
+func childMain() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv(childDSN))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pool.Close()
+	concurrency, _ := strconv.Atoi(os.Getenv(childConcur))
+	var cfg pgoutbox.Config
+	switch os.Getenv(childEnv) {
+	case "drain":
+		log, err := os.OpenFile(os.Getenv(childLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer log.Close()
+		pid := os.Getpid()
+		cfg = pgoutbox.Config{
+			Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: concurrency}},
+			Types: []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+				_, err := fmt.Fprintf(log, "%d %s %d\n", d.ID, d.LeaseToken, pid)
+				return err
+			}}},
+		}
+	case "crash":
+		hang := func(_ context.Context, d *pgoutbox.Delivery) error {
+			fmt.Printf("started %d %s\n", d.ID, d.Type)
+			select {} // until SIGKILL
+		}
+		cfg = pgoutbox.Config{
+			Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: concurrency}},
+			Types: []pgoutbox.EffectType{
+				{Name: "safe", ReplaySafe: true, Handler: hang},
+				{Name: "dispatch", Handler: hang},
+			},
+		}
+	default:
+		return 2
+	}
+	c, err := pgoutbox.NewClient(pool, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := c.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin) // run until the parent closes stdin
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Stop(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Scanner
+}
+
+func startChild(t *testing.T, mode, dsn, logPath string, concurrency int) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDSN+"="+dsn, childLog+"="+logPath,
+		childConcur+"="+strconv.Itoa(concurrency))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return &child{cmd: cmd, stdin: stdin, stdout: bufio.NewScanner(out)}
+}
+
+func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 effects; skipped with -short")
+	}
+	t.Parallel()
+	b := setup(t)
+	const total = 100_000
+	for start := 0; start < total; start += 10_000 {
+		batch := make([]pgoutbox.Effect, 0, 10_000)
+		for i := start; i < start+10_000; i++ {
+			batch = append(batch, pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i),
+				Payload: map[string]any{"n": i}})
+		}
+		b.enqueue(t, batch...)
+	}
+	dir := t.TempDir()
+	var children []*child
+	for i := range 2 { // 2 processes × 4 workers = 8 workers
+		children = append(children, startChild(t, "drain", b.dsn, fmt.Sprintf("%s/calls-%d.log", dir, i), 4))
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) < total {
+		select {
+		case <-tick.C:
+		case <-b.ctx.Done():
+			t.Fatal("drain did not finish")
+		}
+	}
+	for _, c := range children {
+		_ = c.stdin.Close()
+		if err := c.cmd.Wait(); err != nil {
+			t.Fatalf("worker process: %v", err)
+		}
+	}
+	calls := map[int64]int{}
+	pids := map[string]bool{}
+	lines := 0
+	for i := range 2 {
+		data, err := os.ReadFile(fmt.Sprintf("%s/calls-%d.log", dir, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			f := strings.Fields(line)
+			id, _ := strconv.ParseInt(f[0], 10, 64)
+			calls[id]++
+			pids[f[2]] = true
+			lines++
+		}
+	}
+	twice := 0
+	for _, n := range calls {
+		if n > 1 {
+			twice++
+		}
+	}
+	if lines != total || len(calls) != total || twice != 0 {
+		t.Fatalf("call log: %d calls for %d distinct effects, %d delivered more than once; want %d, %d, 0", lines, len(calls), twice, total, total)
+	}
+	if len(pids) != 2 {
+		t.Fatalf("work done by %d processes, want 2", len(pids))
+	}
+	var completed, attempts int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE state = 'completed'), coalesce(sum(attempts), 0)
+		FROM pgoutbox.effects`).Scan(&completed, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if completed != total || attempts != total {
+		t.Fatalf("completed %d, attempts %d; want %d each (no effect claimed twice)", completed, attempts, total)
+	}
+}
+
+func TestKilledWorkerProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "dispatch"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "a"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "b"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "c"},
+	)
+	c := startChild(t, "crash", b.dsn, "", 4)
+	started := map[string]int{}
+	for len(started) < 4 {
+		if !c.stdout.Scan() {
+			t.Fatalf("worker exited early: %v", c.stdout.Err())
+		}
+		started[c.stdout.Text()]++
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.cmd.Wait()
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'leased'`); n != 4 {
+		t.Fatalf("%d leased after the kill, want 4", n)
+	}
+	expire(t, b, ids...) // the dead worker's leases run out
+
+	var dispatches, safe atomic.Int64
+	client := b.startClient(t, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {}},
+		Types: []pgoutbox.EffectType{
+			{Name: "safe", ReplaySafe: true, Handler: func(context.Context, *pgoutbox.Delivery) error { safe.Add(1); return nil }},
+			{Name: "dispatch", Handler: func(context.Context, *pgoutbox.Delivery) error { dispatches.Add(1); return nil }},
+		},
+	})
+	events := watch(t, client)
+	if _, err := client.Sweep(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[1:] {
+		b.waitEvent(t, events, id, "completed")
+	}
+	if r := b.row(t, ids[0]); r.State != "reconciliation_required" || r.Started == nil {
+		t.Fatalf("dispatch: %+v, want reconciliation_required with delivery_started_at", r)
+	}
+	if dispatches.Load() != 0 || safe.Load() != 3 {
+		t.Fatalf("after the crash: %d dispatches resent, %d replay-safe delivered; want 0 and 3", dispatches.Load(), safe.Load())
+	}
+	if started[fmt.Sprintf("started %d dispatch", ids[0])] != 1 {
+		t.Fatalf("the dispatch was sent %v times before the crash, want once", started)
+	}
+}

@@ -1,0 +1,306 @@
+package pgoutbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// queueWorker is one queue's pool: a claim loop and up to Concurrency
+// deliveries in flight. Queues are leased independently, so a slow or stuck
+// queue never delays another.
+type queueWorker struct {
+	c        *Client
+	name     string
+	cfg      QueueConfig
+	wake     chan struct{} // a NOTIFY (or catch-up) for this queue
+	freed    chan struct{} // a delivery finished
+	inflight atomic.Int64
+
+	mu   sync.Mutex
+	held map[int64]*held
+}
+
+// held is an in-flight lease.
+type held struct {
+	fence  store.Fence
+	cancel context.CancelCauseFunc
+}
+
+func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
+	return &queueWorker{
+		c: c, name: name, cfg: cfg,
+		wake:  make(chan struct{}, 1),
+		freed: make(chan struct{}, 1),
+		held:  map[int64]*held{},
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// run claims while there are free slots and claimable effects, then waits for
+// a NOTIFY, a freed slot or the poll interval.
+func (q *queueWorker) run(ctx context.Context) {
+	defer q.c.runWG.Done()
+	poll := time.NewTimer(q.c.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		free := q.cfg.Concurrency - int(q.inflight.Load())
+		if free <= 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.freed:
+				continue
+			}
+		}
+		want := min(free, q.cfg.ClaimBatch)
+		claimed, err := store.Claim(ctx, q.c.pool, q.name, q.c.cfg.ID, want, q.c.cfg.LeaseDuration)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			q.c.log.Error("claim failed", "queue", q.name, "err", err)
+		}
+		for _, cl := range claimed {
+			q.start(cl)
+		}
+		if err == nil && len(claimed) == want {
+			continue // a full batch: there may be more
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(q.c.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+func (q *queueWorker) start(cl store.Claimed) {
+	q.c.m.claimed.WithLabelValues(q.name).Inc()
+	q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
+	ctx, cancel := context.WithCancelCause(q.c.workCtx)
+	h := &held{fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}, cancel: cancel}
+	q.mu.Lock()
+	q.held[cl.ID] = h
+	q.mu.Unlock()
+	q.inflight.Add(1)
+	q.c.deliveries.Add(1)
+	go func() {
+		defer func() {
+			q.mu.Lock()
+			delete(q.held, cl.ID)
+			q.mu.Unlock()
+			cancel(nil)
+			q.inflight.Add(-1)
+			signal(q.freed)
+			q.c.deliveries.Done()
+		}()
+		q.deliver(ctx, cl, h.fence)
+	}()
+}
+
+func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store.Fence) {
+	d := &Delivery{
+		ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
+		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
+		LeaseToken: cl.Token.String(),
+	}
+	t, ok := q.c.types[cl.Type]
+	if !ok {
+		q.fail(ctx, d, fence, true, Retry(fmt.Errorf("no handler registered for effect type %q", cl.Type)))
+		return
+	}
+	timeout := q.cfg.DeliveryTimeout
+	if t.Timeout > 0 {
+		timeout = t.Timeout
+	}
+	if t.TxHandler != nil {
+		q.runTx(ctx, d, fence, t, timeout)
+		return
+	}
+	if !t.ReplaySafe {
+		// The record that delivery started commits before the request is
+		// sent: a crash from here on is routed to reconciliation_required.
+		found, err := store.MarkStarted(ctx, q.c.pool, fence)
+		if err != nil || !found {
+			if err == nil {
+				err = ErrLeaseLost
+			}
+			q.fail(ctx, d, fence, false, Retry(fmt.Errorf("record delivery start: %w", err)))
+			return
+		}
+	}
+	hctx, hcancel := context.WithTimeout(ctx, timeout)
+	err := call(hctx, func(ctx context.Context) error { return t.Handler(ctx, d) })
+	hcancel()
+	if err != nil {
+		q.fail(ctx, d, fence, t.ReplaySafe, err)
+		return
+	}
+	if len(d.onComplete) == 0 {
+		q.completeBatched(ctx, d, fence)
+		return
+	}
+	q.completeTx(ctx, d, fence, t.ReplaySafe, nil, timeout)
+}
+
+// call runs fn, turning a panic into an error.
+func call(ctx context.Context, fn func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return fn(ctx)
+}
+
+func (q *queueWorker) completeBatched(ctx context.Context, d *Delivery, fence store.Fence) {
+	done := make(chan completeRes, 1)
+	q.c.completions <- completeReq{fence: fence, done: done}
+	res := <-done
+	q.recordCompletion(ctx, d, res.ok, res.lag, res.err)
+}
+
+func (q *queueWorker) recordCompletion(ctx context.Context, d *Delivery, ok bool, lag time.Duration, err error) {
+	switch {
+	case err != nil:
+		q.c.log.Error("complete failed; the lease will expire and the effect be recovered",
+			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
+		q.event(d, OutcomeSuccess, "", err)
+	case !ok:
+		q.leaseLost(d, "complete")
+	default:
+		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeSuccess)).Inc()
+		q.c.m.lag.WithLabelValues(d.Queue, d.Type).Observe(lag.Seconds())
+		q.event(d, OutcomeSuccess, "completed", nil)
+	}
+}
+
+func (q *queueWorker) event(d *Delivery, o Outcome, state string, err error) {
+	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: state}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	q.c.emit(e)
+}
+
+func (q *queueWorker) leaseLost(d *Delivery, op string) {
+	q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeLeaseLost)).Inc()
+	q.c.log.Warn("lease lost; nothing written", "op", op, "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type)
+	q.event(d, OutcomeLeaseLost, "", ErrLeaseLost)
+}
+
+// runTx runs an internal job inside its completion transaction: the fenced
+// completion locks the row first, then the handler's writes join it.
+func (q *queueWorker) runTx(ctx context.Context, d *Delivery, fence store.Fence, t EffectType, timeout time.Duration) {
+	q.completeTx(ctx, d, fence, true, t.TxHandler, timeout)
+}
+
+// completeTx completes one effect in its own transaction together with the
+// job's handler (internal jobs) and the transitions registered with
+// OnComplete.
+func (q *queueWorker) completeTx(ctx context.Context, d *Delivery, fence store.Fence, replaySafe bool, job TxHandler, timeout time.Duration) {
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if job == nil {
+		// The external effect already happened: the completion must not
+		// be cut short by the delivery's own cancellation.
+		tctx, cancel = finishCtx(ctx)
+		defer cancel()
+	}
+	tx, err := q.c.pool.Begin(tctx)
+	if err != nil {
+		q.afterTxFailure(ctx, d, fence, replaySafe, job != nil, fmt.Errorf("begin completion: %w", err))
+		return
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }()
+	done, err := store.Complete(tctx, tx, []store.Fence{fence})
+	if err != nil {
+		q.afterTxFailure(ctx, d, fence, replaySafe, job != nil, fmt.Errorf("complete: %w", err))
+		return
+	}
+	lag, ok := done[fence.ID]
+	if !ok {
+		q.leaseLost(d, "complete")
+		return
+	}
+	if job != nil {
+		if err := call(tctx, func(ctx context.Context) error { return job(ctx, tx, d) }); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(tctx))
+			q.fail(ctx, d, fence, true, err)
+			return
+		}
+	}
+	for _, fn := range d.onComplete {
+		if err := fn(tctx, tx); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(tctx))
+			q.afterTxFailure(ctx, d, fence, replaySafe, job != nil, fmt.Errorf("completion transition: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(tctx); err != nil {
+		q.c.log.Error("completion commit failed; the lease will expire and the effect be recovered",
+			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
+		return
+	}
+	q.recordCompletion(ctx, d, true, lag, nil)
+}
+
+// afterTxFailure handles a completion transaction that could not commit. An
+// internal job or a replay-safe effect is retried. A non-replay-safe effect
+// that was delivered keeps its lease: it expires and the sweeper routes it
+// to reconciliation_required (DESIGN.md, "Delivery outcomes").
+func (q *queueWorker) afterTxFailure(ctx context.Context, d *Delivery, fence store.Fence, replaySafe, job bool, err error) {
+	if replaySafe || job {
+		q.fail(ctx, d, fence, true, Retry(err))
+		return
+	}
+	q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
+	q.c.log.Error("delivered but the completion transition failed; left for the sweeper (reconciliation_required)",
+		"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
+	q.event(d, OutcomeAmbiguous, "leased", err)
+}
+
+// fail records a failed delivery with its classified outcome.
+func (q *queueWorker) fail(ctx context.Context, d *Delivery, fence store.Fence, replaySafe bool, herr error) {
+	outcome, _ := classify(herr, replaySafe)
+	kind, delay := failRoute(herr, replaySafe, d.Attempt, q.c.cfg.BackoffCap)
+	if errors.Is(context.Cause(ctx), errShutdown) && (outcome == OutcomeRetry || outcome == OutcomeAmbiguous) {
+		kind, delay = store.FailRelease, 0
+	}
+	fctx, cancel := finishCtx(ctx)
+	defer cancel()
+	state, found, err := store.Fail(fctx, q.c.pool, fence, kind, delay, herr.Error())
+	switch {
+	case err != nil:
+		q.c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered",
+			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
+		q.event(d, outcome, "", herr)
+	case !found:
+		q.leaseLost(d, "fail")
+	default:
+		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(outcome)).Inc()
+		q.c.log.Warn("delivery failed", "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type,
+			"attempt", d.Attempt, "outcome", outcome, "state", state, "err", herr)
+		q.event(d, outcome, state, herr)
+	}
+}
