@@ -2,7 +2,6 @@ package pgoutbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -166,9 +165,4 @@ func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
-}
-
-func payload(v map[string]any) json.RawMessage {
-	b, _ := json.Marshal(v)
-	return b
 }

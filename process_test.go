@@ -128,6 +128,11 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 	}
 	t.Parallel()
 	b := setup(t)
+	// A safety net, not a timing assertion: the drain takes about a minute
+	// on a 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	b.ctx = ctx
 	const total = 100_000
 	for start := 0; start < total; start += 10_000 {
 		batch := make([]pgoutbox.Effect, 0, 10_000)

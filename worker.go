@@ -105,20 +105,29 @@ func (q *queueWorker) start(cl store.Claimed) {
 	q.inflight.Add(1)
 	q.c.deliveries.Add(1)
 	go func() {
+		var slotFreed bool
+		// freeSlot gives the slot back as soon as the handler has returned:
+		// the completion is group-committed while the next claim runs.
+		freeSlot := func() {
+			if !slotFreed {
+				slotFreed = true
+				q.inflight.Add(-1)
+				signal(q.freed)
+			}
+		}
 		defer func() {
 			q.mu.Lock()
 			delete(q.held, cl.ID)
 			q.mu.Unlock()
 			cancel(nil)
-			q.inflight.Add(-1)
-			signal(q.freed)
+			freeSlot()
 			q.c.deliveries.Done()
 		}()
-		q.deliver(ctx, cl, h.fence)
+		q.deliver(ctx, cl, h.fence, freeSlot)
 	}()
 }
 
-func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store.Fence) {
+func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store.Fence, handlerDone func()) {
 	d := &Delivery{
 		ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
 		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
@@ -157,6 +166,7 @@ func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store
 		return
 	}
 	if len(d.onComplete) == 0 {
+		handlerDone()
 		q.completeBatched(ctx, d, fence)
 		return
 	}

@@ -1,0 +1,75 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+// enqueueAll writes effects in transactions of 5,000.
+func enqueueAll(b *bundle, effects []pgoutbox.Effect) error {
+	for start := 0; start < len(effects); start += 5000 {
+		end := min(start+5000, len(effects))
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := pgoutbox.EnqueueBatch(b.ctx, tx, effects[start:end])
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkDrain measures how fast one client drains pre-inserted effects
+// with a no-op handler (effects/s is reported; nothing is asserted).
+// Run: go test -run '^$' -bench Drain -benchtime 1x .
+func BenchmarkDrain(b *testing.B) {
+	for _, conc := range []int{4, 32} {
+		b.Run("concurrency="+strconv.Itoa(conc), func(b *testing.B) {
+			const n = 20_000
+			var total time.Duration
+			for range b.N {
+				b.StopTimer()
+				pool, _ := pgtest.NewPool(b)
+				bb := &bundle{pool: pool, ctx: context.Background()}
+				effects := make([]pgoutbox.Effect, n)
+				for i := range effects {
+					effects[i] = pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i), Payload: map[string]any{"pad": pad300}}
+				}
+				if err := enqueueAll(bb, effects); err != nil {
+					b.Fatal(err)
+				}
+				c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+					Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: conc, ClaimBatch: conc}},
+					Types:  []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: noop}},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events, done := c.Subscribe(n + 10)
+				b.StartTimer()
+				start := time.Now()
+				if err := c.Start(bb.ctx); err != nil {
+					b.Fatal(err)
+				}
+				for range n {
+					<-events
+				}
+				total += time.Since(start)
+				b.StopTimer()
+				done()
+				_ = c.Stop(bb.ctx)
+			}
+			b.ReportMetric(float64(n*b.N)/total.Seconds(), "effects/s")
+		})
+	}
+}
+
+const pad300 = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
