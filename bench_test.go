@@ -31,7 +31,7 @@ func enqueueAll(b *bundle, effects []pgoutbox.Effect) error {
 // with a no-op handler (effects/s is reported; nothing is asserted).
 // Run: go test -run '^$' -bench Drain -benchtime 1x .
 func BenchmarkDrain(b *testing.B) {
-	for _, conc := range []int{4, 32} {
+	for _, conc := range []int{32, 256} {
 		b.Run("concurrency="+strconv.Itoa(conc), func(b *testing.B) {
 			const n = 20_000
 			var total time.Duration

@@ -1,6 +1,7 @@
 package pgoutbox_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -200,5 +201,72 @@ func TestPruneKeepsDeadLettersAndReconciliation(t *testing.T) {
 	}
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state IN ('dead_letter','reconciliation_required')`); n != 500 {
 		t.Fatalf("%d dead letters + reconciliation records, want 500 (never pruned)", n)
+	}
+}
+
+func TestLeaseExtensionKeepsLongDeliveriesAndCancelsLostOnes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan int64, 2)
+	causes := make(chan error, 2)
+	release := make(chan struct{})
+	c := b.startClient(t, pgoutbox.Config{
+		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, DeliveryTimeout: 50 * time.Second}},
+		LeaseDuration: time.Minute,
+		SweepInterval: -1,
+		Types: []pgoutbox.EffectType{{Name: "long", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+			started <- d.ID
+			select {
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			case <-release:
+				return nil
+			}
+		}}},
+	})
+	defer close(release)
+	events := watch(t, c)
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "long", Key: "kept"}, pgoutbox.Effect{Queue: "q", Type: "long", Key: "lost"})
+	<-started
+	<-started
+	// Shorten both leases, then steal the second one: expire, sweep, re-claim.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET lease_expires_at = now() + interval '5 seconds' WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	expire(t, b, ids[1])
+	if n, err := newSweeper(t, b).Sweep(b.ctx); err != nil || n != 1 {
+		t.Fatalf("sweep %d %v", n, err)
+	}
+	thief, err := pgoutbox.ClaimLeases(b.ctx, b.pool, "q", "thief", 1, time.Minute)
+	if err != nil || len(thief) != 1 || thief[0].ID != ids[1] {
+		t.Fatalf("steal: %v %v", thief, err)
+	}
+	c.ExtendLeases(b.ctx)
+	var left float64
+	if err := b.pool.QueryRow(b.ctx, `SELECT extract(epoch FROM lease_expires_at - now()) FROM pgoutbox.effects WHERE id = $1`, ids[0]).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left < 50 {
+		t.Fatalf("lease of the live delivery has %.0fs left after extension, want ~60s", left)
+	}
+	if cause := <-causes; !errors.Is(cause, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("the stolen delivery was cancelled with %v, want ErrLeaseLost", cause)
+	}
+	b.waitEvent(t, events, ids[1], "")
+	if r := b.row(t, ids[1]); r.State != "leased" || r.Token == nil || *r.Token != thief[0].LeaseToken {
+		t.Fatalf("the thief's lease was disturbed: %+v", r)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	for attempt, want := range map[int]time.Duration{1: 2 * time.Second, 3: 8 * time.Second, 8: 256 * time.Second, 9: 300 * time.Second, 20: 300 * time.Second} {
+		for range 50 {
+			got := pgoutbox.Backoff(attempt, 300*time.Second)
+			if got < want*9/10 || got > want*11/10 {
+				t.Fatalf("Backoff(%d) = %s, want %s ±10%%", attempt, got, want)
+			}
+		}
 	}
 }
