@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,11 +70,21 @@ func newServeCmd(g *globals) *cobra.Command {
 
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			client, err := pgoutbox.NewClient(pool, eng.config(g, reg))
+			cfg := eng.config(g, reg)
+			apps, err := buildApps(ctx, appDeps{g: g, pool: pool, log: log, reg: reg}, &cfg)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			client, err := pgoutbox.NewClient(pool, cfg)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			srv := server.New(log, reg)
+			for _, app := range apps {
+				if app.routes != nil {
+					app.routes(srv)
+				}
+			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("listen on %s: %w", addr, err)}
@@ -81,6 +92,17 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err := client.Start(ctx); err != nil {
 				_ = ln.Close()
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+			var bg sync.WaitGroup
+			for _, app := range apps {
+				if app.run != nil {
+					bg.Go(func() {
+						if err := app.run(bgCtx); err != nil {
+							log.Error("application component stopped", "app", app.name, "err", err)
+						}
+					})
+				}
 			}
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
@@ -100,6 +122,8 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err := client.Stop(sctx); err != nil {
 				log.Warn("worker shutdown", "err", err)
 			}
+			bgCancel()
+			bg.Wait()
 			if serveErr != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: serveErr}
 			}
