@@ -2,6 +2,7 @@ package pgoutbox_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -31,9 +32,12 @@ func enqueueAll(b *bundle, effects []pgoutbox.Effect) error {
 // with a no-op handler (effects/s is reported; nothing is asserted).
 // Run: go test -run '^$' -bench Drain -benchtime 1x .
 func BenchmarkDrain(b *testing.B) {
-	for _, conc := range []int{32, 256} {
+	n := 20_000
+	if v, err := strconv.Atoi(os.Getenv("PGOUTBOX_BENCH_N")); err == nil {
+		n = v
+	}
+	for _, conc := range []int{32, 256, 2000} {
 		b.Run("concurrency="+strconv.Itoa(conc), func(b *testing.B) {
-			const n = 20_000
 			var total time.Duration
 			for range b.N {
 				b.StopTimer()
@@ -47,7 +51,7 @@ func BenchmarkDrain(b *testing.B) {
 					b.Fatal(err)
 				}
 				c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
-					Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: conc, ClaimBatch: conc}},
+					Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: conc, ClaimBatch: min(conc, 1000)}},
 					Types:  []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: noop}},
 				})
 				if err != nil {
