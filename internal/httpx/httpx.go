@@ -1,0 +1,75 @@
+// Package httpx is the HTTP plumbing the applications share: JSON answers,
+// error answers and bearer-token checks. It sits below the applications so
+// that controlplane and projection never duplicate it.
+package httpx
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// WriteJSON answers status with v encoded as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// ErrorBody is the JSON shape of every error answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// Error answers status with {"error": msg}. msg must never carry a secret.
+func Error(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, ErrorBody{Error: msg})
+}
+
+// TokenMatches compares a presented token with the expected one in constant
+// time, over SHA-256 digests so that neither length nor content leaks.
+func TokenMatches(presented, expected string) bool {
+	a := sha256.Sum256([]byte(presented))
+	b := sha256.Sum256([]byte(expected))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1 && expected != ""
+}
+
+// BearerToken returns the token of an "Authorization: Bearer …" header.
+func BearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// RequireBearer wraps next with a bearer check against token. An empty token
+// means the route is not configured: 503 with the variable to set (named by
+// setting). A missing or wrong token answers 401 with WWW-Authenticate.
+func RequireBearer(token, setting string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token == "" {
+			Error(w, http.StatusServiceUnavailable, "not configured: set "+setting)
+			return
+		}
+		got, ok := BearerToken(r)
+		if !ok || !TokenMatches(got, token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pgoutbox"`)
+			Error(w, http.StatusUnauthorized, "missing or invalid bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Mux is what applications mount routes on (an *http.ServeMux or the
+// server's wrapper).
+type Mux interface {
+	Handle(pattern string, h http.Handler)
+}
