@@ -1,0 +1,65 @@
+package controlplane
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
+)
+
+// Worker pool sizes of the two queues.
+const (
+	// JobsConcurrencyDefault is the lifecycle worker's concurrency.
+	JobsConcurrencyDefault = 4
+	// OutboxConcurrencyDefault is the GitHub effects' concurrency.
+	OutboxConcurrencyDefault = 8
+)
+
+// App is the release control plane.
+type App struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	gh   GitHub
+	log  *slog.Logger
+}
+
+// New validates cfg and returns the control plane. It refuses an empty
+// webhook secret (ErrNoWebhookSecret).
+func New(pool *pgxpool.Pool, cfg Config, gh GitHub, log *slog.Logger) (*App, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &App{pool: pool, cfg: cfg, gh: gh, log: log}, nil
+}
+
+// Routes mounts POST /webhooks/github and POST /api/release-runs.
+func (a *App) Routes(mux httpx.Mux) {
+	mux.Handle("POST /webhooks/github", http.HandlerFunc(a.ingest))
+	mux.Handle("POST /api/release-runs", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.startRunAPI)))
+}
+
+// Queues are the control plane's queues: lifecycle jobs and GitHub effects,
+// leased independently.
+func (a *App) Queues() map[string]pgoutbox.QueueConfig {
+	return map[string]pgoutbox.QueueConfig{
+		QueueJobs:   {Concurrency: JobsConcurrencyDefault},
+		QueueOutbox: {Concurrency: OutboxConcurrencyDefault},
+	}
+}
+
+// Types registers the lifecycle job and the three GitHub effect types.
+func (a *App) Types() []pgoutbox.EffectType {
+	return []pgoutbox.EffectType{
+		{Name: TypeWebhook, TxHandler: a.applyWebhook},
+		{Name: TypeCheckRunCreate, ReplaySafe: true, Handler: a.createCheckRun},
+		{Name: TypeWorkflowDispatch, ReplaySafe: false, Handler: a.dispatchWorkflow},
+		{Name: TypeCheckRunComplete, ReplaySafe: true, Handler: a.completeCheckRun},
+	}
+}

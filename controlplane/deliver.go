@@ -1,0 +1,125 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/target/github"
+)
+
+// GitHub is the part of the GitHub client the effect handlers use.
+type GitHub interface {
+	ListCheckRuns(ctx context.Context, installationID int64, repo, ref, name string) ([]github.CheckRun, error)
+	CreateCheckRun(ctx context.Context, installationID int64, repo, name, headSHA, externalID string) (github.CheckRun, error)
+	CompleteCheckRun(ctx context.Context, installationID int64, repo string, checkRunID int64, conclusion string) error
+	DispatchWorkflow(ctx context.Context, installationID int64, repo, workflow, ref string, inputs map[string]string) (github.DispatchResult, error)
+	ListWorkflowRuns(ctx context.Context, installationID int64, repo, workflow string, since time.Time) ([]github.WorkflowRun, error)
+}
+
+func decode[T any](d *pgoutbox.Delivery) (T, error) {
+	var v T
+	if err := json.Unmarshal(d.Payload, &v); err != nil {
+		return v, pgoutbox.Permanent(fmt.Errorf("%s payload: %w", d.Type, err))
+	}
+	return v, nil
+}
+
+// createCheckRun is replay-safe: it reuses the Check Run whose name and
+// external_id match the release run, and creates one only when absent. The
+// returned id is persisted in the completion transaction.
+func (a *App) createCheckRun(ctx context.Context, d *pgoutbox.Delivery) error {
+	p, err := decode[CheckRunCreate](d)
+	if err != nil {
+		return err
+	}
+	runs, err := a.gh.ListCheckRuns(ctx, p.InstallationID, p.Repository, p.HeadSHA, p.Name)
+	if err != nil {
+		return err
+	}
+	var id int64
+	for _, cr := range runs {
+		if cr.Name == p.Name && cr.ExternalID == p.ExternalID {
+			id = cr.ID
+			break
+		}
+	}
+	if id == 0 {
+		cr, err := a.gh.CreateCheckRun(ctx, p.InstallationID, p.Repository, p.Name, p.HeadSHA, p.ExternalID)
+		if err != nil {
+			return err
+		}
+		id = cr.ID
+	}
+	d.OnComplete(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, sqlSetCheckRunID, p.ReleaseRunID, id)
+		return err
+	})
+	return nil
+}
+
+// dispatchWorkflow is not replay-safe. The engine commits
+// delivery_started_at before it runs; the workflow_run_id GitHub returns is
+// persisted with the completion, and the completion fails (leaving the
+// effect for reconciliation) if the attempt is no longer waiting for it.
+func (a *App) dispatchWorkflow(ctx context.Context, d *pgoutbox.Delivery) error {
+	p, err := decode[WorkflowDispatch](d)
+	if err != nil {
+		return err
+	}
+	var state string
+	if err := a.pool.QueryRow(ctx, sqlAttemptState, p.ExecutionAttemptID).Scan(&state); err != nil {
+		return pgoutbox.Retry(fmt.Errorf("load attempt %d: %w", p.ExecutionAttemptID, err)) // nothing sent
+	}
+	if state != "dispatching" {
+		return pgoutbox.Permanent(fmt.Errorf("attempt %d is %s: not dispatched", p.ExecutionAttemptID, state))
+	}
+	res, err := a.gh.DispatchWorkflow(ctx, p.InstallationID, p.Repository, p.Workflow, p.Ref, p.Inputs())
+	if err != nil {
+		return err
+	}
+	d.OnComplete(func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlMarkDispatched, p.ExecutionAttemptID, res.WorkflowRunID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("attempt %d no longer awaits its dispatch", p.ExecutionAttemptID)
+		}
+		return nil
+	})
+	return nil
+}
+
+// completeCheckRun is replay-safe (setting a conclusion twice is harmless).
+func (a *App) completeCheckRun(ctx context.Context, d *pgoutbox.Delivery) error {
+	p, err := decode[CheckRunComplete](d)
+	if err != nil {
+		return err
+	}
+	var checkRunID *int64
+	if err := a.pool.QueryRow(ctx, sqlCheckRunID, p.ReleaseRunID).Scan(&checkRunID); err != nil {
+		return pgoutbox.Retry(err)
+	}
+	if checkRunID == nil {
+		return pgoutbox.Retry(errors.New("check run of release run " + strconv.FormatInt(p.ReleaseRunID, 10) + " not created yet"))
+	}
+	return a.gh.CompleteCheckRun(ctx, p.InstallationID, p.Repository, *checkRunID, checkConclusion(p.Conclusion))
+}
+
+// checkConclusion maps a workflow run conclusion to a Check Run conclusion.
+func checkConclusion(c string) string {
+	switch c {
+	case "success", "failure", "neutral", "cancelled", "skipped", "timed_out", "action_required", "stale":
+		return c
+	case "startup_failure":
+		return "failure"
+	}
+	return "neutral"
+}

@@ -1,0 +1,91 @@
+package controlplane
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
+)
+
+// IngestResult is the JSON answer of POST /webhooks/github.
+type IngestResult struct {
+	DeliveryID string `json:"delivery_id"`
+	InboxID    int64  `json:"inbox_id,omitempty"`
+	JobID      int64  `json:"job_id,omitempty"`
+	Duplicate  bool   `json:"duplicate,omitempty"`
+}
+
+// ingest accepts a GitHub webhook: it never calls GitHub and writes the inbox
+// row and one lifecycle job in one transaction, or nothing.
+func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		httpx.Error(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json (set the webhook's content type to JSON)")
+		return
+	}
+	event, delivery := r.Header.Get(webhook.EventHeader), r.Header.Get(webhook.DeliveryHeader)
+	if event == "" || delivery == "" || len(event) > 128 || len(delivery) > 128 {
+		httpx.Error(w, http.StatusBadRequest, "X-GitHub-Event and X-GitHub-Delivery are required")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			httpx.Error(w, http.StatusRequestEntityTooLarge, "payload over the body limit")
+			return
+		}
+		httpx.Error(w, http.StatusBadRequest, "could not read the body")
+		return
+	}
+	if err := webhook.Verify(a.cfg.WebhookSecret, body, r.Header.Get(webhook.SignatureHeader)); err != nil {
+		httpx.Error(w, http.StatusUnauthorized, "invalid or missing X-Hub-Signature-256")
+		return
+	}
+	n, err := webhook.Normalize(event, body)
+	if err != nil {
+		httpx.Error(w, http.StatusBadRequest, "malformed JSON payload")
+		return
+	}
+	normalized, err := json.Marshal(n)
+	if err != nil {
+		httpx.Error(w, http.StatusInternalServerError, "could not encode the event")
+		return
+	}
+	sum := sha256.Sum256(body)
+	res := IngestResult{DeliveryID: delivery}
+	err = pgx.BeginFunc(r.Context(), a.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(r.Context(), sqlInsertInbox, delivery, event, n.Action, n.InstallationID,
+			n.RepositoryID, hex.EncodeToString(sum[:]), normalized).Scan(&res.InboxID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			res.Duplicate = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		res.JobID, err = pgoutbox.Enqueue(r.Context(), tx, pgoutbox.Effect{
+			Queue: QueueJobs, Type: TypeWebhook, Key: pgoutbox.Key(TypeWebhook, delivery),
+			Payload: webhookJob{InboxID: res.InboxID},
+		})
+		return err
+	})
+	if err != nil {
+		a.log.Error("webhook not stored", "delivery", delivery, "event", event, "err", err)
+		httpx.Error(w, http.StatusServiceUnavailable, "could not store the delivery; GitHub may redeliver it")
+		return
+	}
+	if res.Duplicate {
+		httpx.WriteJSON(w, http.StatusOK, res)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusAccepted, res)
+}

@@ -1,0 +1,123 @@
+package controlplane
+
+// Every SQL statement of the control plane, in one place.
+const (
+	sqlInsertInbox = `
+INSERT INTO control_plane.webhook_inbox
+    (delivery_id, event, action, installation_id, repository_id, body_sha256, normalized)
+VALUES ($1, $2, nullif($3, ''), nullif($4, 0::bigint), nullif($5, 0::bigint), $6, $7)
+ON CONFLICT (delivery_id) DO NOTHING
+RETURNING id`
+
+	sqlLoadInbox = `
+SELECT normalized FROM control_plane.webhook_inbox WHERE id = $1 FOR UPDATE`
+
+	sqlFinishInbox = `
+UPDATE control_plane.webhook_inbox SET status = $2, outcome = left($3, 500), processed_at = now()
+WHERE id = $1`
+
+	sqlUpsertInstallation = `
+INSERT INTO control_plane.installations (id, account_login, state) VALUES ($1, $2, $3)
+ON CONFLICT (id) DO UPDATE SET
+    account_login = CASE WHEN excluded.account_login <> '' THEN excluded.account_login
+                         ELSE control_plane.installations.account_login END,
+    state = excluded.state, updated_at = now()`
+
+	sqlEnsureInstallation = `
+INSERT INTO control_plane.installations (id, account_login, state) VALUES ($1, $2, 'active')
+ON CONFLICT (id) DO NOTHING`
+
+	sqlSetInstallationState = `
+UPDATE control_plane.installations SET state = $2, updated_at = now() WHERE id = $1`
+
+	sqlTouchInstallation = `
+UPDATE control_plane.installations SET updated_at = now() WHERE id = $1`
+
+	sqlUpsertRepository = `
+INSERT INTO control_plane.repositories (id, installation_id, full_name, state) VALUES ($1, $2, $3, 'active')
+ON CONFLICT (id) DO UPDATE SET installation_id = excluded.installation_id,
+    full_name = excluded.full_name, state = 'active', updated_at = now()`
+
+	sqlRemoveRepository = `
+UPDATE control_plane.repositories SET state = 'removed', updated_at = now()
+WHERE id = $1 AND installation_id = $2`
+
+	sqlRemoveInstallationRepositories = `
+UPDATE control_plane.repositories SET state = 'removed', updated_at = now() WHERE installation_id = $1`
+
+	// sqlActiveRepository finds a repository that is active under an active
+	// installation, by id or by full name.
+	sqlActiveRepository = `
+SELECT r.id, r.installation_id, r.full_name
+FROM control_plane.repositories r
+JOIN control_plane.installations i ON i.id = r.installation_id
+WHERE (r.id = $1 OR ($1 = 0 AND r.full_name = $2))
+  AND r.state = 'active' AND i.state = 'active'`
+
+	sqlInsertRun = `
+INSERT INTO control_plane.release_runs (installation_id, repository_id, ref, head_sha, source)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (repository_id, ref, head_sha) DO NOTHING
+RETURNING id`
+
+	sqlFindRun = `
+SELECT id FROM control_plane.release_runs WHERE repository_id = $1 AND ref = $2 AND head_sha = $3`
+
+	sqlLoadRun = `
+SELECT rr.id, rr.installation_id, rr.repository_id, r.full_name, rr.ref, rr.head_sha, rr.check_run_id
+FROM control_plane.release_runs rr JOIN control_plane.repositories r ON r.id = rr.repository_id
+WHERE rr.id = $1`
+
+	sqlSupersedeOpenAttempts = `
+UPDATE control_plane.execution_attempts SET state = 'superseded', completed_at = now()
+WHERE release_run_id = $1 AND state IN ('dispatching', 'dispatched')`
+
+	sqlInsertAttempt = `
+INSERT INTO control_plane.execution_attempts (release_run_id, attempt_number)
+SELECT $1, coalesce(max(attempt_number), 0) + 1 FROM control_plane.execution_attempts WHERE release_run_id = $1
+RETURNING id, attempt_number`
+
+	sqlReopenRun = `
+UPDATE control_plane.release_runs SET state = 'in_progress', conclusion = NULL, updated_at = now() WHERE id = $1`
+
+	// sqlAttemptForRun matches a completed workflow run to its attempt: by
+	// the persisted workflow_run_id, else (dispatch response lost) by the
+	// run name the release workflow sets from its inputs.
+	sqlAttemptForRun = `
+SELECT a.id, a.release_run_id, a.state, a.workflow_run_id IS NULL
+FROM control_plane.execution_attempts a
+JOIN control_plane.release_runs rr ON rr.id = a.release_run_id
+WHERE rr.repository_id = $4
+  AND (a.workflow_run_id = $1
+       OR (a.workflow_run_id IS NULL AND a.release_run_id = $2 AND a.id = $3))
+ORDER BY a.workflow_run_id IS NULL
+LIMIT 1
+FOR UPDATE OF a`
+
+	sqlCompleteAttempt = `
+UPDATE control_plane.execution_attempts
+SET state = 'completed', conclusion = $2, workflow_run_id = coalesce(workflow_run_id, $3), completed_at = now()
+WHERE id = $1`
+
+	// sqlCompleteRunIfLatest concludes the run only for its latest attempt.
+	sqlCompleteRunIfLatest = `
+UPDATE control_plane.release_runs rr SET state = 'completed', conclusion = $3, updated_at = now()
+WHERE rr.id = $1 AND $2 = (SELECT max(id) FROM control_plane.execution_attempts WHERE release_run_id = rr.id)`
+
+	sqlSetCheckRunID = `
+UPDATE control_plane.release_runs SET check_run_id = $2, updated_at = now() WHERE id = $1`
+
+	sqlCheckRunID = `
+SELECT check_run_id FROM control_plane.release_runs WHERE id = $1`
+
+	// sqlMarkDispatched fails (0 rows) when the attempt is no longer the one
+	// waiting for its dispatch: the completion then rolls back and the
+	// effect is left for reconciliation.
+	sqlMarkDispatched = `
+UPDATE control_plane.execution_attempts
+SET state = 'dispatched', workflow_run_id = coalesce($2, workflow_run_id), dispatched_at = now()
+WHERE id = $1 AND state = 'dispatching'`
+
+	sqlAttemptState = `
+SELECT state FROM control_plane.execution_attempts WHERE id = $1`
+)
