@@ -261,8 +261,8 @@ func TestImportBadBodiesWriteNothing(t *testing.T) {
 	big := bigb.String()
 	for _, tc := range []struct {
 		name, ctype, body string
-		want             int
-		msg              string
+		want              int
+		msg               string
 	}{
 		{"wrong content type", "text/plain", `[{"id":"a"}]`, 415, "Content-Type"},
 		{"no content type", "", `[{"id":"a"}]`, 415, "Content-Type"},

@@ -140,8 +140,8 @@ func TestPostRecordBadInput(t *testing.T) {
 	b := setup(t, projection.Config{MaxRecordBytes: 1024})
 	for _, tc := range []struct {
 		name, ctype, body string
-		want             int
-		msg              string
+		want              int
+		msg               string
 	}{
 		{"malformed", "application/json", `{"id": "x",`, 400, "invalid JSON"},
 		{"not an object", "application/json", `["x"]`, 400, "JSON object"},

@@ -266,7 +266,7 @@ var workersTmpl = template.Must(template.New("workers").Funcs(template.FuncMap{
 	"age": func(s float64) string {
 		return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
 	},
-	"ts": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"ts":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	"rate": func(f float64) string { return fmt.Sprintf("%.2f/s", f) },
 }).Parse(workersHTML))
 

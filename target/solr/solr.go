@@ -237,9 +237,9 @@ func (c *Client) current(ctx context.Context, id string) (current, error) {
 	}
 	var out struct {
 		Doc *struct {
-			Version     json.Number `json:"_version_"`
-			RecVersion  json.Number `json:"pgoutbox_version_l"`
-			RecHash     any         `json:"pgoutbox_source_hash_s"`
+			Version    json.Number `json:"_version_"`
+			RecVersion json.Number `json:"pgoutbox_version_l"`
+			RecHash    any         `json:"pgoutbox_source_hash_s"`
 		} `json:"doc"`
 	}
 	dec := json.NewDecoder(io.LimitReader(resp.Body, maxBody))
