@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
 )
 
 // RecordResponse answers POST /api/records.
@@ -41,30 +43,30 @@ func tooLarge(err error) bool {
 
 func (a *App) postRecord(w http.ResponseWriter, r *http.Request) {
 	if mt := mediaType(r); mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		httpx.Error(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 		return
 	}
 	if r.ContentLength > int64(a.cfg.MaxRecordBytes) {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("record is over the %d-byte limit", a.cfg.MaxRecordBytes))
+		httpx.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("record is over the %d-byte limit", a.cfg.MaxRecordBytes))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(a.cfg.MaxRecordBytes)))
 	if err != nil {
 		if tooLarge(err) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("record is over the %d-byte limit", a.cfg.MaxRecordBytes))
+			httpx.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("record is over the %d-byte limit", a.cfg.MaxRecordBytes))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		httpx.Error(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
 	p, err := parseRecord(body, 1, a.cfg.MaxRecordBytes)
 	if err != nil {
 		var re *RowError
 		if errors.As(err, &re) {
-			writeError(w, http.StatusBadRequest, re.Reason)
+			httpx.Error(w, http.StatusBadRequest, re.Reason)
 			return
 		}
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpx.Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var out []written
@@ -75,7 +77,7 @@ func (a *App) postRecord(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		a.cfg.Logger.Error("write record failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "the record could not be written")
+		httpx.Error(w, http.StatusInternalServerError, "the record could not be written")
 		return
 	}
 	res := out[0]
@@ -83,21 +85,21 @@ func (a *App) postRecord(w http.ResponseWriter, r *http.Request) {
 	if res.status == StatusCreated {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, RecordResponse{ID: res.id, Status: res.status, Version: res.version, SourceHash: res.hash, EffectID: res.effectID})
+	httpx.WriteJSON(w, status, RecordResponse{ID: res.id, Status: res.status, Version: res.version, SourceHash: res.hash, EffectID: res.effectID})
 }
 
 func (a *App) getRecord(w http.ResponseWriter, r *http.Request) {
 	rec, found, err := GetRecord(r.Context(), a.pool, r.PathValue("id"))
 	if err != nil {
 		a.cfg.Logger.Error("read record failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "the record could not be read")
+		httpx.Error(w, http.StatusInternalServerError, "the record could not be read")
 		return
 	}
 	if !found {
-		writeError(w, http.StatusNotFound, "no such record")
+		httpx.Error(w, http.StatusNotFound, "no such record")
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	httpx.WriteJSON(w, http.StatusOK, rec)
 }
 
 // SearchResponse answers GET /api/records.
@@ -113,7 +115,7 @@ func (a *App) searchRecords(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > SearchLimitMax {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be between 1 and %d", SearchLimitMax))
+			httpx.Error(w, http.StatusBadRequest, fmt.Sprintf("limit must be between 1 and %d", SearchLimitMax))
 			return
 		}
 		limit = n
@@ -127,7 +129,7 @@ func (a *App) searchRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		a.cfg.Logger.Error("search records failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "the search failed")
+		httpx.Error(w, http.StatusInternalServerError, "the search failed")
 		return
 	}
 	resp := SearchResponse{Records: recs}
@@ -137,7 +139,7 @@ func (a *App) searchRecords(w http.ResponseWriter, r *http.Request) {
 	if q.Get("q") == "" && len(recs) == limit {
 		resp.Next = recs[len(recs)-1].ID
 	}
-	writeJSON(w, http.StatusOK, resp)
+	httpx.WriteJSON(w, http.StatusOK, resp)
 }
 
 // importFormat maps a Content-Type to an import format.
@@ -156,12 +158,12 @@ func importFormat(mt string) (Format, bool) {
 func (a *App) postImport(w http.ResponseWriter, r *http.Request) {
 	format, ok := importFormat(mediaType(r))
 	if !ok {
-		writeError(w, http.StatusUnsupportedMediaType,
+		httpx.Error(w, http.StatusUnsupportedMediaType,
 			"Content-Type must be application/json (a JSON array), application/x-ndjson or text/csv")
 		return
 	}
 	if r.ContentLength > a.cfg.MaxImportBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("import body is over the %d-byte limit", a.cfg.MaxImportBytes))
+		httpx.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("import body is over the %d-byte limit", a.cfg.MaxImportBytes))
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxImportBytes)
@@ -180,8 +182,8 @@ func (a *App) postImport(w http.ResponseWriter, r *http.Request) {
 		default:
 			a.cfg.Logger.Error("import failed", "err", err)
 		}
-		writeJSON(w, status, errorBody{Error: msg, Line: line, Result: &res})
+		httpx.WriteJSON(w, status, importErrorBody{Error: msg, Line: line, Result: &res})
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpx.WriteJSON(w, http.StatusOK, res)
 }

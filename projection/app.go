@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
 	"github.com/pgoutbox/pgoutbox/target/solr"
 	"github.com/pgoutbox/pgoutbox/target/sparql"
 )
@@ -87,12 +88,6 @@ func (a *App) Queues() map[string]pgoutbox.QueueConfig {
 	return map[string]pgoutbox.QueueConfig{Queue: {Concurrency: a.cfg.Concurrency}}
 }
 
-// Mux is where Routes mounts handlers; *server.Server and *http.ServeMux
-// satisfy it.
-type Mux interface {
-	Handle(pattern string, h http.Handler)
-}
-
 // Routes mounts the projection's HTTP routes:
 //
 //	POST /api/records         one record (bearer PGOUTBOX_API_TOKEN)
@@ -101,11 +96,11 @@ type Mux interface {
 //	POST /api/import          JSON array, NDJSON or CSV
 //	GET  /api/cron/outbox     one bounded projection cycle (bearer CRON_SECRET)
 //	GET  /workers             the workers page (?format=json)
-func (a *App) Routes(m Mux) {
-	m.Handle("POST /api/records", a.requireAPIToken(http.HandlerFunc(a.postRecord)))
-	m.Handle("GET /api/records/{id}", a.requireAPIToken(http.HandlerFunc(a.getRecord)))
-	m.Handle("GET /api/records", a.requireAPIToken(http.HandlerFunc(a.searchRecords)))
-	m.Handle("POST /api/import", a.requireAPIToken(http.HandlerFunc(a.postImport)))
-	m.Handle("GET /api/cron/outbox", http.HandlerFunc(a.cron))
+func (a *App) Routes(m httpx.Mux) {
+	m.Handle("POST /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postRecord)))
+	m.Handle("GET /api/records/{id}", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.getRecord)))
+	m.Handle("GET /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.searchRecords)))
+	m.Handle("POST /api/import", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postImport)))
+	m.Handle("GET /api/cron/outbox", httpx.RequireBearer(a.cfg.CronSecret, "CRON_SECRET", http.HandlerFunc(a.cron)))
 	m.Handle("GET /workers", http.HandlerFunc(a.workers))
 }

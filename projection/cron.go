@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
 )
 
 // CronResponse answers GET /api/cron/outbox.
@@ -53,18 +55,15 @@ func (a *App) targetOn(name string) bool {
 }
 
 // cron runs one bounded projection cycle for a platform scheduler (every 5
-// minutes). It checks the bearer (CRON_SECRET, constant time) before
-// anything else, and claims nothing unless METAMUSEUM_OUTBOX_CRON_ENABLED=1
+// minutes). Routes wraps it in the bearer check (CRON_SECRET, SHA-256
+// digests compared in constant time; 401 with WWW-Authenticate: Bearer),
+// which runs before anything else. It claims nothing unless METAMUSEUM_OUTBOX_CRON_ENABLED=1
 // and a target is on, so it is safe to deploy while disabled.
 func (a *App) cron(w http.ResponseWriter, r *http.Request) {
-	if !bearerMatches(r, a.cfg.CronSecret) {
-		unauthorized(w)
-		return
-	}
 	resp := CronResponse{Limit: a.cfg.CronLimit, Targets: a.Targets()}
 	if why := a.cronDisabledReason(); why != "" {
 		resp.Status, resp.Reason = "disabled", why
-		writeJSON(w, http.StatusOK, resp)
+		httpx.WriteJSON(w, http.StatusOK, resp)
 		return
 	}
 	start := time.Now()
@@ -74,9 +73,9 @@ func (a *App) cron(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		a.cfg.Logger.Error("cron cycle failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "the projection cycle failed")
+		httpx.Error(w, http.StatusInternalServerError, "the projection cycle failed")
 		return
 	}
 	resp.Status, resp.Summary, resp.DurationMS = "ran", s, time.Since(start).Milliseconds()
-	writeJSON(w, http.StatusOK, resp)
+	httpx.WriteJSON(w, http.StatusOK, resp)
 }

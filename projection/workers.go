@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
 )
 
 // WorkersRefresh is how often the /workers page refreshes itself.
@@ -274,11 +276,11 @@ func (a *App) workers(w http.ResponseWriter, r *http.Request) {
 	rep, err := a.Report(r.Context())
 	if err != nil {
 		a.cfg.Logger.Error("workers report failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "the report could not be built")
+		httpx.Error(w, http.StatusInternalServerError, "the report could not be built")
 		return
 	}
 	if r.URL.Query().Get("format") == "json" {
-		writeJSON(w, http.StatusOK, rep)
+		httpx.WriteJSON(w, http.StatusOK, rep)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
