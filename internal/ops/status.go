@@ -1,0 +1,216 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// Defaults of the status statistics.
+const (
+	// StalledAfterDefault is the lease age from which a lease counts as
+	// stalled (OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES, 10).
+	StalledAfterDefault = 10 * time.Minute
+	// LagWindowDefault is the window of completions over which lag
+	// percentiles and recent completions are computed.
+	LagWindowDefault = 5 * time.Minute
+)
+
+// Filter narrows an operator command. Empty fields match everything; values
+// are compared literally.
+type Filter struct {
+	Queue      string `json:"queue,omitempty"`
+	EffectType string `json:"effect_type,omitempty"`
+}
+
+func (f Filter) store() store.OpsFilter { return store.OpsFilter{Queue: f.Queue, Type: f.EffectType} }
+
+// StatusOptions configures [Status].
+type StatusOptions struct {
+	Filter Filter
+	// StalledAfter defaults to StalledAfterDefault.
+	StalledAfter time.Duration
+	// LagWindow defaults to LagWindowDefault.
+	LagWindow time.Duration
+}
+
+func (o StatusOptions) withDefaults() StatusOptions {
+	if o.StalledAfter <= 0 {
+		o.StalledAfter = StalledAfterDefault
+	}
+	if o.LagWindow <= 0 {
+		o.LagWindow = LagWindowDefault
+	}
+	return o
+}
+
+// Counts is the state of one queue, or of one effect type of a queue.
+type Counts struct {
+	Queue string `json:"queue"`
+	// EffectType is empty on a queue's total.
+	EffectType string `json:"effect_type,omitempty"`
+	// Available counts effects waiting for a claim (due or not), retrying
+	// ones included: the projection's "pending".
+	Available int64 `json:"available"`
+	// Retrying counts available effects with attempts > 0.
+	Retrying int64 `json:"retrying"`
+	Leased   int64 `json:"leased"`
+	// StalledLeases counts leases taken more than StalledAfter ago.
+	StalledLeases          int64 `json:"stalled_leases"`
+	DeadLetter             int64 `json:"dead_letter"`
+	ReconciliationRequired int64 `json:"reconciliation_required"`
+	// CompletedRecent counts effects completed within the lag window.
+	CompletedRecent int64 `json:"completed_recent"`
+	// OldestAvailableAgeSeconds is now() minus the oldest available_at of a
+	// due available effect; 0 when none waits.
+	OldestAvailableAgeSeconds float64 `json:"oldest_available_age_seconds"`
+	// LagP50Seconds and LagP99Seconds are over the completions within the
+	// lag window; absent when there were none.
+	LagP50Seconds *float64 `json:"lag_p50_seconds,omitempty"`
+	LagP99Seconds *float64 `json:"lag_p99_seconds,omitempty"`
+}
+
+func (c *Counts) add(r store.StatsRow) {
+	switch r.State {
+	case "available":
+		c.Available += r.Count
+		c.Retrying += r.Retrying
+		c.OldestAvailableAgeSeconds = max(c.OldestAvailableAgeSeconds, r.OldestAvailableAge)
+	case "leased":
+		c.Leased += r.Count
+		c.StalledLeases += r.StalledLeases
+	case "dead_letter":
+		c.DeadLetter += r.Count
+	case "reconciliation_required":
+		c.ReconciliationRequired += r.Count
+	case "completed":
+		c.CompletedRecent += r.Count
+		c.LagP50Seconds, c.LagP99Seconds = r.LagP50, r.LagP99
+	}
+}
+
+// Snapshot is the result of one [Status] run.
+type Snapshot struct {
+	// TakenAt is the database clock when the snapshot was taken.
+	TakenAt              time.Time `json:"taken_at"`
+	Filter               Filter    `json:"filter"`
+	StalledAfterSeconds  float64   `json:"stalled_after_seconds"`
+	LagWindowSeconds     float64   `json:"lag_window_seconds"`
+	OldestXminAgeSeconds float64   `json:"oldest_xmin_age_seconds"`
+	XminHolders          int64     `json:"xmin_holders"`
+	// Queues has one entry per queue with effects, by name.
+	Queues []Counts `json:"queues"`
+	// Types has one entry per queue and effect type (the /metrics series).
+	Types []Counts `json:"types"`
+}
+
+// Total sums the queues: counts add up, ages take the maximum. Its lag
+// percentiles are those of the single queue when there is one, else absent
+// (percentiles do not add).
+func (s *Snapshot) Total() Counts {
+	var t Counts
+	for _, q := range s.Queues {
+		t.Available += q.Available
+		t.Retrying += q.Retrying
+		t.Leased += q.Leased
+		t.StalledLeases += q.StalledLeases
+		t.DeadLetter += q.DeadLetter
+		t.ReconciliationRequired += q.ReconciliationRequired
+		t.CompletedRecent += q.CompletedRecent
+		t.OldestAvailableAgeSeconds = max(t.OldestAvailableAgeSeconds, q.OldestAvailableAgeSeconds)
+	}
+	if len(s.Queues) == 1 {
+		t.LagP50Seconds, t.LagP99Seconds = s.Queues[0].LagP50Seconds, s.Queues[0].LagP99Seconds
+	}
+	return t
+}
+
+// Status takes a snapshot with one aggregate query over the effects (plus
+// one read of pg_stat_activity for the xmin horizon). Run it inside a
+// transaction to see both at one database clock.
+func Status(ctx context.Context, db store.DBTX, opts StatusOptions) (*Snapshot, error) {
+	opts = opts.withDefaults()
+	h, err := store.ReadHorizon(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("ops: status: %w", err)
+	}
+	rows, err := store.Stats(ctx, db, opts.Filter.store(), opts.StalledAfter, opts.LagWindow)
+	if err != nil {
+		return nil, fmt.Errorf("ops: status: %w", err)
+	}
+	s := &Snapshot{
+		TakenAt: h.Now, Filter: opts.Filter,
+		StalledAfterSeconds: opts.StalledAfter.Seconds(), LagWindowSeconds: opts.LagWindow.Seconds(),
+		OldestXminAgeSeconds: h.OldestXminAge, XminHolders: h.Holders,
+		Queues: []Counts{}, Types: []Counts{},
+	}
+	// Rows come ordered by queue, its total rows first, then by type.
+	for _, r := range rows {
+		list := &s.Types
+		if r.QueueTotal {
+			list = &s.Queues
+		}
+		n := len(*list)
+		if n == 0 || (*list)[n-1].Queue != r.Queue || (*list)[n-1].EffectType != r.Type {
+			*list = append(*list, Counts{Queue: r.Queue, EffectType: r.Type})
+			n++
+		}
+		(*list)[n-1].add(r)
+	}
+	return s, nil
+}
+
+// StatsCache shares one [Status] snapshot among the /metrics collector and
+// the sampler, so a scrape reuses a recent snapshot instead of querying.
+// Concurrent callers wait for one refresh and share its result.
+type StatsCache struct {
+	db     store.DBTX
+	opts   StatusOptions
+	maxAge time.Duration
+
+	mu   sync.Mutex
+	snap *Snapshot
+	at   time.Time // local monotonic time of snap
+}
+
+// StatsCacheMaxAgeDefault is how long a cached snapshot serves scrapes.
+const StatsCacheMaxAgeDefault = 15 * time.Second
+
+// NewStatsCache returns a cache over db; maxAge ≤ 0 means
+// StatsCacheMaxAgeDefault.
+func NewStatsCache(db store.DBTX, opts StatusOptions, maxAge time.Duration) *StatsCache {
+	if maxAge <= 0 {
+		maxAge = StatsCacheMaxAgeDefault
+	}
+	return &StatsCache{db: db, opts: opts.withDefaults(), maxAge: maxAge}
+}
+
+// Get returns the cached snapshot if it is younger than the cache's max
+// age, else refreshes it.
+func (c *StatsCache) Get(ctx context.Context) (*Snapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.snap != nil && time.Since(c.at) < c.maxAge {
+		return c.snap, nil
+	}
+	return c.refreshLocked(ctx)
+}
+
+// Refresh queries now and caches the result.
+func (c *StatsCache) Refresh(ctx context.Context) (*Snapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refreshLocked(ctx)
+}
+
+func (c *StatsCache) refreshLocked(ctx context.Context) (*Snapshot, error) {
+	snap, err := Status(ctx, c.db, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	c.snap, c.at = snap, time.Now()
+	return snap, nil
+}

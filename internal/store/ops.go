@@ -1,0 +1,364 @@
+package store
+
+// The operator statements (DESIGN.md, "Operations"): aggregate statistics,
+// dead-letter listing and replay, stale-lease requeue, the oldest-xmin probe
+// and the aggregate samples read by `readiness broker`.
+//
+// Every operator filter (queue, effect type, ids) is a bind parameter; an
+// empty string or an empty array means "any". Nothing here is built by
+// string concatenation.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// OpsFilter narrows an operator statement. Empty fields match everything;
+// values are compared literally (they are bind parameters).
+type OpsFilter struct {
+	Queue string
+	Type  string
+}
+
+// StatsRow is one group of the aggregate statistics: a queue, an effect type
+// (empty on a queue's total row) and a state.
+type StatsRow struct {
+	Queue string
+	// Type is empty when QueueTotal is set: the row sums every type of the
+	// queue in that state.
+	Type       string
+	QueueTotal bool
+	State      string
+	// Count of effects in the state; for "completed", only those completed
+	// within the lag window.
+	Count int64
+	// Retrying counts available effects with attempts > 0.
+	Retrying int64
+	// OldestAvailableAge is now() minus the oldest available_at among
+	// available effects that are due (available_at <= now()), in seconds.
+	OldestAvailableAge float64
+	// StalledLeases counts leases taken more than the stalled age ago.
+	StalledLeases int64
+	// LagP50 and LagP99 are percentiles of completed_at - created_at over the
+	// completions within the lag window, in seconds (completed rows only).
+	LagP50, LagP99 *float64
+}
+
+// statsSQL is the one aggregate query behind `status`, `alert check` and the
+// /metrics gauges. Each OR arm of the WHERE clause matches the predicate of
+// a partial index (claims, lease expiry, attention, completed_at), so the
+// cost follows the live backlog and the lag window, not the retained history.
+const statsSQL = `
+SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
+    count(*),
+    count(*) FILTER (WHERE state = 'available' AND attempts > 0),
+    coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE state = 'available' AND available_at <= now())), 0)::float8,
+    count(*) FILTER (WHERE state = 'leased' AND leased_at <= now() - make_interval(secs => $3)),
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)::float8)
+        FILTER (WHERE state = 'completed'),
+    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)::float8)
+        FILTER (WHERE state = 'completed')
+FROM pgoutbox.effects
+WHERE (state = 'available'
+       OR state = 'leased'
+       OR state IN ('dead_letter', 'reconciliation_required')
+       OR (state = 'completed' AND completed_at >= now() - make_interval(secs => $4)))
+  AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
+GROUP BY GROUPING SETS ((queue, effect_type, state), (queue, state))
+ORDER BY queue, grouping(effect_type) DESC, effect_type, state`
+
+// Stats runs the aggregate query. stalledAfter is the lease age from which
+// a lease counts as stalled; lagWindow bounds the completions counted and
+// the lag percentiles.
+func Stats(ctx context.Context, db DBTX, f OpsFilter, stalledAfter, lagWindow time.Duration) ([]StatsRow, error) {
+	rows, err := db.Query(ctx, statsSQL, f.Queue, f.Type, stalledAfter.Seconds(), lagWindow.Seconds())
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatsRow, error) {
+		var s StatsRow
+		err := r.Scan(&s.Queue, &s.Type, &s.QueueTotal, &s.State, &s.Count, &s.Retrying,
+			&s.OldestAvailableAge, &s.StalledLeases, &s.LagP50, &s.LagP99)
+		return s, err
+	})
+	return out, MapError(err)
+}
+
+// horizonSQL reads the database clock and finds the client backend of this
+// database whose snapshot (backend_xmin) or transaction id (backend_xid) has
+// been held longest: it keeps VACUUM from removing the dead tuples every
+// effect transition leaves. Other databases of the cluster do not hold back
+// this database's horizon. Seeing other roles' sessions needs
+// pg_read_all_stats (or pg_monitor).
+const horizonSQL = `
+SELECT now(), coalesce(extract(epoch FROM now() - min(xact_start)), 0)::float8, count(*)
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend'
+  AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+  AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)`
+
+// Horizon is the database clock and the oldest transaction holding back the
+// xmin horizon.
+type Horizon struct {
+	Now time.Time
+	// OldestXminAge is the age in seconds of the oldest transaction holding
+	// back this database's xmin horizon (0 when none).
+	OldestXminAge float64
+	// Holders counts the transactions that hold one.
+	Holders int64
+}
+
+// ReadHorizon reads the database clock and the xmin horizon's oldest holder.
+func ReadHorizon(ctx context.Context, db DBTX) (Horizon, error) {
+	var h Horizon
+	err := db.QueryRow(ctx, horizonSQL).Scan(&h.Now, &h.OldestXminAge, &h.Holders)
+	return h, MapError(err)
+}
+
+// DeadLetter is one dead-lettered effect as listed to an operator (no
+// payload).
+type DeadLetter struct {
+	ID             int64
+	Queue          string
+	Type           string
+	Attempts       int
+	MaxAttempts    int
+	LastError      string
+	DeadLetteredAt *time.Time
+	CreatedAt      time.Time
+}
+
+const deadLettersSQL = `
+SELECT id, queue, effect_type, attempts, max_attempts, coalesce(last_error, ''), dead_lettered_at, created_at
+FROM pgoutbox.effects
+WHERE state = 'dead_letter' AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2) AND id > $3
+ORDER BY id
+LIMIT $4`
+
+// DeadLetters lists up to limit dead letters with id > afterID, by id (keyset
+// paging).
+func DeadLetters(ctx context.Context, db DBTX, f OpsFilter, afterID int64, limit int) ([]DeadLetter, error) {
+	rows, err := db.Query(ctx, deadLettersSQL, f.Queue, f.Type, afterID, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetter, error) {
+		var d DeadLetter
+		err := r.Scan(&d.ID, &d.Queue, &d.Type, &d.Attempts, &d.MaxAttempts, &d.LastError, &d.DeadLetteredAt, &d.CreatedAt)
+		return d, err
+	})
+	return out, MapError(err)
+}
+
+// Moved is an effect an operator statement changed.
+type Moved struct {
+	ID    int64
+	Queue string
+	Type  string
+	// State is the state it was moved to.
+	State string
+	// Owner and HeldFor describe the abandoned lease (requeue only).
+	Owner   string
+	HeldFor float64
+}
+
+const replaySQL = `
+WITH picked AS (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'dead_letter'
+      AND (cardinality($1::bigint[]) = 0 OR id = ANY($1::bigint[]))
+      AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR effect_type = $3)
+    ORDER BY id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgoutbox.effects e
+SET state = 'available', attempts = 0, available_at = now(),
+    dead_lettered_at = NULL, delivery_started_at = NULL
+FROM picked
+WHERE e.id = picked.id AND e.state = 'dead_letter'
+RETURNING e.id, e.queue, e.effect_type, e.state::text, '', 0::float8`
+
+// ReplayDeadLetters moves up to limit dead letters (all, or those in ids,
+// narrowed by f) back to available with fresh attempts, oldest id first. Only
+// dead_letter rows match: reconciliation records are never touched. Run it in
+// a transaction with NotifyQueues so workers wake at once.
+func ReplayDeadLetters(ctx context.Context, db DBTX, ids []int64, f OpsFilter, limit int) ([]Moved, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	return collectMoved(db.Query(ctx, replaySQL, ids, f.Queue, f.Type, limit))
+}
+
+const requeueSQL = `
+WITH stale AS (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'leased' AND leased_at <= now() - make_interval(secs => $1)
+      AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR effect_type = $3)
+    ORDER BY leased_at, id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), routed AS (
+    SELECT e.id, pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) AS next_state,
+        coalesce(e.lease_owner, '') AS owner, extract(epoch FROM now() - e.leased_at)::float8 AS held_for
+    FROM pgoutbox.effects e JOIN stale USING (id)
+)
+UPDATE pgoutbox.effects e
+SET state = r.next_state,
+    available_at = CASE WHEN r.next_state = 'available' THEN now() ELSE e.available_at END,
+    dead_lettered_at = CASE WHEN r.next_state = 'dead_letter' THEN now() END,
+    reconciliation_at = CASE WHEN r.next_state = 'reconciliation_required' THEN now() END,
+    lease_token = NULL, lease_expires_at = NULL,
+    last_error = 'requeued by an operator: lease stalled (owner ' || coalesce(nullif(r.owner, ''), '?') || ')'
+FROM routed r
+WHERE e.id = r.id AND e.state = 'leased'
+RETURNING e.id, e.queue, e.effect_type, e.state::text, r.owner, r.held_for`
+
+// RequeueStale recovers up to limit leases taken more than stalledAfter ago
+// (database clock), with the sweeper's routing (pgoutbox.recovered_state):
+// a started non-replay-safe effect goes to reconciliation_required, an
+// exhausted one to dead_letter, any other back to available. The lease
+// token is cleared, so the stalled worker's writes are fenced off.
+func RequeueStale(ctx context.Context, db DBTX, stalledAfter time.Duration, f OpsFilter, limit int) ([]Moved, error) {
+	return collectMoved(db.Query(ctx, requeueSQL, stalledAfter.Seconds(), f.Queue, f.Type, limit))
+}
+
+func collectMoved(rows pgx.Rows, err error) ([]Moved, error) {
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Moved, error) {
+		var m Moved
+		err := r.Scan(&m.ID, &m.Queue, &m.Type, &m.State, &m.Owner, &m.HeldFor)
+		return m, err
+	})
+	return out, MapError(err)
+}
+
+const statesSQL = `SELECT id, state::text FROM pgoutbox.effects WHERE id = ANY($1::bigint[])`
+
+// States returns the state of each existing effect among ids.
+func States(ctx context.Context, db DBTX, ids []int64) (map[int64]string, error) {
+	rows, err := db.Query(ctx, statesSQL, ids)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out := make(map[int64]string, len(ids))
+	var id int64
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		out[id] = state
+		return nil
+	})
+	return out, MapError(err)
+}
+
+// NotifyQueues wakes the workers of queues (one NOTIFY each on
+// NotifyChannel, delivered when the transaction commits).
+func NotifyQueues(ctx context.Context, db DBTX, queues []string) error {
+	_, err := db.Exec(ctx, `SELECT pg_notify($1, q) FROM (SELECT DISTINCT unnest($2::text[]) AS q) qs`,
+		NotifyChannel, queues)
+	return MapError(err)
+}
+
+// Sample is one worker's aggregate over one interval for one queue.
+type Sample struct {
+	Queue       string
+	Worker      string
+	Interval    time.Duration
+	Claims      int64
+	Completions int64
+	Failures    int64
+	// ClaimLatencyP99 is nil when nothing was claimed in the interval.
+	ClaimLatencyP99    *time.Duration
+	OldestAvailableAge time.Duration
+	Healthy            bool
+}
+
+const insertSamplesSQL = `
+INSERT INTO pgoutbox.samples (sampled_at, queue, worker, interval_s, claims, completions, failures,
+    claim_latency_p99_ms, oldest_available_age_s, completed_per_second, workers_healthy)
+SELECT now(), queue, worker, interval_s, claims, completions, failures, p99_ms, oldest_s,
+    completions / interval_s, healthy
+FROM unnest($1::text[], $2::text[], $3::float8[], $4::bigint[], $5::bigint[], $6::bigint[],
+            $7::float8[], $8::float8[], $9::bool[])
+    AS t(queue, worker, interval_s, claims, completions, failures, p99_ms, oldest_s, healthy)
+ON CONFLICT (sampled_at, queue, worker) DO NOTHING`
+
+// InsertSamples writes samples stamped with the database's now().
+func InsertSamples(ctx context.Context, db DBTX, samples []Sample) error {
+	n := len(samples)
+	queues, workers := make([]string, n), make([]string, n)
+	intervals, p99s, oldest := make([]float64, n), make([]*float64, n), make([]float64, n)
+	claims, completions, failures := make([]int64, n), make([]int64, n), make([]int64, n)
+	healthy := make([]bool, n)
+	for i, s := range samples {
+		queues[i], workers[i], intervals[i] = s.Queue, s.Worker, s.Interval.Seconds()
+		claims[i], completions[i], failures[i] = s.Claims, s.Completions, s.Failures
+		if s.ClaimLatencyP99 != nil {
+			ms := float64(*s.ClaimLatencyP99) / float64(time.Millisecond)
+			p99s[i] = &ms
+		}
+		oldest[i], healthy[i] = s.OldestAvailableAge.Seconds(), s.Healthy
+	}
+	_, err := db.Exec(ctx, insertSamplesSQL, queues, workers, intervals, claims, completions, failures, p99s, oldest, healthy)
+	return MapError(err)
+}
+
+// PruneSamples deletes samples older than retention and returns how many.
+func PruneSamples(ctx context.Context, db DBTX, retention time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM pgoutbox.samples WHERE sampled_at < now() - make_interval(secs => $1)`,
+		retention.Seconds())
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// StoredSample is a sample read back, with its age on the database clock.
+type StoredSample struct {
+	Sample
+	// Age is now() - sampled_at.
+	Age time.Duration
+}
+
+const recentSamplesSQL = `
+SELECT queue, worker, extract(epoch FROM now() - sampled_at)::float8, interval_s, claims, completions, failures,
+    claim_latency_p99_ms, coalesce(oldest_available_age_s, 0), workers_healthy
+FROM pgoutbox.samples
+WHERE sampled_at > now() - make_interval(secs => $1) AND sampled_at <= now() AND ($2::text = '' OR queue = $2)
+ORDER BY sampled_at, queue, worker`
+
+// RecentSamples returns the samples of the last window (database clock),
+// oldest first, optionally of one queue.
+func RecentSamples(ctx context.Context, db DBTX, window time.Duration, queue string) ([]StoredSample, error) {
+	rows, err := db.Query(ctx, recentSamplesSQL, window.Seconds(), queue)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredSample, error) {
+		var s StoredSample
+		var age, interval, oldest float64
+		var p99 *float64
+		err := r.Scan(&s.Queue, &s.Worker, &age, &interval, &s.Claims, &s.Completions, &s.Failures,
+			&p99, &oldest, &s.Healthy)
+		s.Age, s.Interval, s.OldestAvailableAge = secs(age), secs(interval), secs(oldest)
+		if p99 != nil {
+			d := time.Duration(*p99 * float64(time.Millisecond))
+			s.ClaimLatencyP99 = &d
+		}
+		return s, err
+	})
+	return out, MapError(err)
+}
+
+// IsUndefinedTable reports whether err says a table is missing (the schema
+// was not migrated).
+func IsUndefinedTable(err error) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr) && pgErr.SQLState() == "42P01"
+}
