@@ -29,7 +29,17 @@ type App struct {
 // New validates cfg and returns the control plane. It refuses an empty
 // webhook secret (ErrNoWebhookSecret).
 func New(pool *pgxpool.Pool, cfg Config, gh GitHub, log *slog.Logger) (*App, error) {
-	cfg, err := cfg.withDefaults()
+	return newApp(pool, cfg, gh, log, true)
+}
+
+// ForOperations returns the control plane for operator commands (reconcile):
+// it serves no webhooks, so it does not need the webhook secret.
+func ForOperations(pool *pgxpool.Pool, cfg Config, gh GitHub, log *slog.Logger) (*App, error) {
+	return newApp(pool, cfg, gh, log, false)
+}
+
+func newApp(pool *pgxpool.Pool, cfg Config, gh GitHub, log *slog.Logger, serving bool) (*App, error) {
+	cfg, err := cfg.withDefaults(serving)
 	if err != nil {
 		return nil, err
 	}

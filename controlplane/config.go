@@ -55,8 +55,8 @@ type Config struct {
 // ErrNoWebhookSecret is returned by New when GITHUB_WEBHOOK_SECRET is empty.
 var ErrNoWebhookSecret = errors.New("controlplane: GITHUB_WEBHOOK_SECRET is empty; refusing to accept unsigned webhooks")
 
-func (c Config) withDefaults() (Config, error) {
-	if len(c.WebhookSecret) == 0 {
+func (c Config) withDefaults(needSecret bool) (Config, error) {
+	if needSecret && len(c.WebhookSecret) == 0 {
 		return c, ErrNoWebhookSecret
 	}
 	if c.MaxBodyBytes <= 0 {

@@ -24,3 +24,12 @@ func newLogger(buf *bytes.Buffer) *slog.Logger {
 	lb, _ := logLocks.LoadOrStore(buf, &lockedBuffer{buf: buf})
 	return slog.New(slog.NewTextHandler(lb.(*lockedBuffer), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// logText returns everything logged so far.
+func (b *bundle) logText() string {
+	lb, _ := logLocks.LoadOrStore(b.logs, &lockedBuffer{buf: b.logs})
+	l := lb.(*lockedBuffer)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}

@@ -54,23 +54,36 @@ type bundle struct {
 
 func setup(t *testing.T, gh controlplane.GitHub, cfg controlplane.Config) *bundle {
 	t.Helper()
+	b, mux := newBundle(t)
+	b.mount(t, mux, gh, cfg)
+	return b
+}
+
+// newBundle starts the database and the HTTP server; routes are mounted
+// later, so an emulator can be pointed at the server first.
+func newBundle(t *testing.T) (*bundle, *http.ServeMux) {
+	t.Helper()
 	pool, _ := pgtest.NewPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	b := &bundle{ctx: ctx, pool: pool, logs: &bytes.Buffer{}}
+	mux := http.NewServeMux()
+	b.srv = httptest.NewServer(mux)
+	t.Cleanup(b.srv.Close)
+	return b, mux
+}
+
+func (b *bundle) mount(t *testing.T, mux *http.ServeMux, gh controlplane.GitHub, cfg controlplane.Config) {
+	t.Helper()
 	if cfg.WebhookSecret == nil {
 		cfg.WebhookSecret = []byte(secret)
 	}
-	b := &bundle{ctx: ctx, pool: pool, logs: &bytes.Buffer{}}
-	app, err := controlplane.New(pool, cfg, gh, newLogger(b.logs))
+	app, err := controlplane.New(b.pool, cfg, gh, newLogger(b.logs))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.app = app
-	mux := http.NewServeMux()
 	app.Routes(mux)
-	b.srv = httptest.NewServer(mux)
-	t.Cleanup(b.srv.Close)
-	return b
 }
 
 // post sends a webhook delivery, signed with the test secret unless the

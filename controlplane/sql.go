@@ -120,4 +120,16 @@ WHERE id = $1 AND state = 'dispatching'`
 
 	sqlAttemptState = `
 SELECT state FROM control_plane.execution_attempts WHERE id = $1`
+
+	sqlAttemptWorkflowRun = `
+SELECT workflow_run_id FROM control_plane.execution_attempts WHERE id = $1`
+
+	// sqlResolveAttempt links a dispatched run to its attempt; an attempt the
+	// run's completion webhook already concluded keeps its state.
+	sqlResolveAttempt = `
+UPDATE control_plane.execution_attempts
+SET workflow_run_id = coalesce(workflow_run_id, $2),
+    state = CASE WHEN state = 'dispatching' THEN 'dispatched' ELSE state END,
+    dispatched_at = coalesce(dispatched_at, now())
+WHERE id = $1`
 )

@@ -429,3 +429,74 @@ func Prune(ctx context.Context, db DBTX, retention time.Duration, limit int) (in
 	}
 	return tag.RowsAffected(), nil
 }
+
+const resolveSQL = `
+UPDATE pgoutbox.effects
+SET state = 'completed', completed_at = now(), resolution = $3
+WHERE id = $1 AND state = 'reconciliation_required' AND effect_type = $2
+RETURNING id`
+
+// Resolve closes a reconciliation record as completed with the operator's
+// recorded resolution. found=false: no such record of that type.
+func Resolve(ctx context.Context, db DBTX, id int64, effectType string, resolution []byte) (found bool, err error) {
+	tag, err := db.Exec(ctx, resolveSQL, id, effectType, resolution)
+	if err != nil {
+		return false, MapError(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Record is an effect as operators see it (no lease token).
+type Record struct {
+	ID                int64
+	Queue             string
+	Type              string
+	Key               string
+	State             string
+	Attempts          int
+	MaxAttempts       int
+	Payload           []byte
+	CreatedAt         time.Time
+	DeliveryStartedAt *time.Time
+	LastError         *string
+}
+
+const getSQL = `
+SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
+    created_at, delivery_started_at, last_error
+FROM pgoutbox.effects WHERE id = $1`
+
+// Get loads one effect; found=false when it does not exist.
+func Get(ctx context.Context, db DBTX, id int64) (Record, bool, error) {
+	var r Record
+	err := db.QueryRow(ctx, getSQL, id).Scan(&r.ID, &r.Queue, &r.Type, &r.Key, &r.State, &r.Attempts,
+		&r.MaxAttempts, &r.Payload, &r.CreatedAt, &r.DeliveryStartedAt, &r.LastError)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, MapError(err)
+}
+
+const listStateSQL = `
+SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
+    created_at, delivery_started_at, last_error
+FROM pgoutbox.effects
+WHERE state = $1::pgoutbox.effect_state AND ($2 = '' OR queue = $2)
+ORDER BY id
+LIMIT $3`
+
+// ListState lists up to limit effects in state (optionally of one queue),
+// oldest first.
+func ListState(ctx context.Context, db DBTX, state, queue string, limit int) ([]Record, error) {
+	rows, err := db.Query(ctx, listStateSQL, state, queue, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) {
+		var r Record
+		err := row.Scan(&r.ID, &r.Queue, &r.Type, &r.Key, &r.State, &r.Attempts, &r.MaxAttempts, &r.Payload,
+			&r.CreatedAt, &r.DeliveryStartedAt, &r.LastError)
+		return r, err
+	})
+	return out, MapError(err)
+}
