@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/server"
+	"github.com/pgoutbox/pgoutbox/internal/httpx"
 )
 
 // application is one of the systems serve and work run on the engine: its
@@ -17,7 +17,7 @@ type application struct {
 	// name is shown in logs ("release control plane", "record projection").
 	name string
 	// routes mounts HTTP handlers (nil: none).
-	routes func(*server.Server)
+	routes func(httpx.Mux)
 	// queues the engine must work for it, and the types it registers.
 	queues map[string]pgoutbox.QueueConfig
 	types  []pgoutbox.EffectType
