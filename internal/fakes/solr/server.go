@@ -39,12 +39,12 @@ type Server struct {
 	opts Options
 	ts   *httptest.Server
 
-	mu       sync.Mutex
-	changed  chan struct{}
-	cores    map[string]*core
-	version  int64
-	faults   []*faultState
-	calls    []Call
+	mu      sync.Mutex
+	changed chan struct{}
+	cores   map[string]*core
+	version int64
+	faults  []*faultState
+	calls   []Call
 }
 
 // doc is one stored document with its _version_.
