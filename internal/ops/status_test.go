@@ -22,8 +22,8 @@ func TestStatusExactCountsAndAges(t *testing.T) {
 			eff{queue: "mail", typ: "email.send", state: "leased", attempts: 1, leasedAgo: 11 * 60}, // stalled
 			eff{queue: "mail", typ: "email.send", state: "leased", attempts: 1, leasedAgo: 9 * 60},
 			eff{queue: "mail", typ: "email.send", state: "dead_letter", attempts: 8, completedAgo: 60},
-			eff{queue: "mail", typ: "email.send", state: "completed", attempts: 1, createdAgo: 40, completedAgo: 10}, // lag 30 s
-			eff{queue: "mail", typ: "email.send", state: "completed", attempts: 1, createdAgo: 20, completedAgo: 10}, // lag 10 s
+			eff{queue: "mail", typ: "email.send", state: "completed", attempts: 1, createdAgo: 40, completedAgo: 10},   // lag 30 s
+			eff{queue: "mail", typ: "email.send", state: "completed", attempts: 1, createdAgo: 20, completedAgo: 10},   // lag 10 s
 			eff{queue: "mail", typ: "email.send", state: "completed", attempts: 1, createdAgo: 900, completedAgo: 400}, // outside the window
 			eff{queue: "gh", typ: "github.workflow.dispatch", state: "reconciliation_required", attempts: 1, leasedAgo: 100, started: true},
 			eff{queue: "gh", typ: "github.workflow.dispatch", state: "reconciliation_required", attempts: 1, leasedAgo: 90, started: true},
