@@ -75,7 +75,6 @@ func (a *App) EffectTypes() []pgoutbox.EffectType {
 	}
 	return []pgoutbox.EffectType{{
 		Name: EffectType, ReplaySafe: true, Handler: a.Handle,
-		Timeout: a.cfg.Lease * 3 / 4,
 	}}
 }
 

@@ -128,9 +128,8 @@ func (b *bundle) startClient(t *testing.T) *pgoutbox.Client {
 	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{
 		Queues:        b.app.Queues(),
 		Types:         b.app.EffectTypes(),
-		BackoffCap:    time.Millisecond,
-		LeaseDuration: 30 * time.Second,
-		PollInterval:  50 * time.Millisecond,
+		BackoffCap:   time.Millisecond,
+		PollInterval: 50 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
