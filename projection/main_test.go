@@ -126,8 +126,8 @@ func decode[T any](t *testing.T, b []byte) T {
 func (b *bundle) startClient(t *testing.T) *pgoutbox.Client {
 	t.Helper()
 	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{
-		Queues:        b.app.Queues(),
-		Types:         b.app.EffectTypes(),
+		Queues:       b.app.Queues(),
+		Types:        b.app.EffectTypes(),
 		BackoffCap:   time.Millisecond,
 		PollInterval: 50 * time.Millisecond,
 	})
