@@ -79,6 +79,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
+			defer startOps(ctx, g, pool, reg, client.ID())() // gauges on reg; aggregate samples (internal/ops)
 			srv := server.New(log, reg)
 			for _, app := range apps {
 				if app.routes != nil {

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/pgoutbox/pgoutbox/internal/ops"
+)
+
+func newDLQCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List and replay dead letters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(newDLQListCmd(g), newDLQReplayCmd(g))
+	return cmd
+}
+
+func newDLQListCmd(g *globals) *cobra.Command {
+	var ff filterFlags
+	var afterID int64
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters by id: queue, type, attempts, last error, when (never the payload)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
+				page, err := ops.ListDeadLetters(ctx, pool, ff.f, afterID, limit)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(g.stdout, page)
+				}
+				tw := newTable(g.stdout)
+				row(tw, "ID", "QUEUE", "EFFECT TYPE", "ATTEMPTS", "DEAD-LETTERED AT", "LAST ERROR")
+				for _, d := range page.Items {
+					at := "-"
+					if d.DeadLetteredAt != nil {
+						at = d.DeadLetteredAt.UTC().Format(time.RFC3339)
+					}
+					row(tw, d.ID, cell(d.Queue, 40), cell(d.EffectType, 40), fmt.Sprintf("%d/%d", d.Attempts, d.MaxAttempts),
+						at, cell(d.LastError, 100))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if len(page.Items) == 0 {
+					fmt.Fprintln(g.stdout, "no dead letters")
+				}
+				if page.NextAfterID != nil {
+					fmt.Fprintf(g.stdout, "more: pgoutbox dlq list --after-id %d\n", *page.NextAfterID)
+				}
+				return nil
+			})
+		},
+	}
+	ff.register(cmd)
+	cmd.Flags().Int64Var(&afterID, "after-id", 0, "list dead letters with an id above this (the next page)")
+	cmd.Flags().IntVar(&limit, "limit", ops.ListLimitDefault, "page size")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newDLQReplayCmd(g *globals) *cobra.Command {
+	var o ops.ReplayOptions
+	var ff filterFlags
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Move dead letters back to available with fresh attempts (never reconciliation records)",
+		Long: `replay moves dead letters back to available with attempts reset to 0, oldest id
+first, at most --limit per run (OUTBOX_REPLAY_BATCH_LIMIT, default 100), and
+wakes their workers. Select them with --id (repeatable), --queue and
+--effect-type, or replay every queue with --all. Only dead letters move: an
+effect in reconciliation_required is never replayed (resolve it with
+pgoutbox reconcile); asking for one by --id reports it and exits 1.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Filter = ff.f
+			if !all && len(o.IDs) == 0 && o.Filter == (ops.Filter{}) {
+				return &ExitError{Code: ExitCouldNotRun,
+					Err: fmt.Errorf("say which dead letters to replay: --id, --queue, --effect-type, or --all")}
+			}
+			return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
+				res, err := ops.ReplayDeadLetters(ctx, pool, o)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					err = writeJSON(g.stdout, res)
+				} else {
+					err = printReplay(g, res)
+				}
+				if err != nil {
+					return err
+				}
+				if len(res.Skipped) > 0 {
+					return &ExitError{Code: ExitCouldNotRun,
+						Err: fmt.Errorf("%d requested effect(s) not replayed", len(res.Skipped))}
+				}
+				return nil
+			})
+		},
+	}
+	ff.register(cmd)
+	cmd.Flags().Int64SliceVar(&o.IDs, "id", nil, "replay this effect (repeatable, or comma-separated)")
+	cmd.Flags().BoolVar(&all, "all", false, "replay dead letters of every queue and type")
+	cmd.Flags().IntVar(&o.Limit, "limit", envInt("OUTBOX_REPLAY_BATCH_LIMIT", ops.ReplayBatchLimitDefault),
+		"replay at most this many (env OUTBOX_REPLAY_BATCH_LIMIT, default 100)")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be replayed; change nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printReplay(g *globals, res *ops.ReplayResult) error {
+	if len(res.Replayed) > 0 {
+		tw := newTable(g.stdout)
+		row(tw, "ID", "QUEUE", "EFFECT TYPE", "STATE")
+		for _, m := range res.Replayed {
+			row(tw, m.ID, cell(m.Queue, 40), cell(m.EffectType, 40), m.State)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	verb := "replayed"
+	if res.DryRun {
+		verb = "would replay (dry run)"
+	}
+	fmt.Fprintf(g.stdout, "%s %d dead letter(s)", verb, len(res.Replayed))
+	if len(res.Replayed) == res.Limit {
+		fmt.Fprintf(g.stdout, "; the batch limit (%d) was reached, run again for more", res.Limit)
+	}
+	fmt.Fprintln(g.stdout)
+	for _, s := range res.Skipped {
+		fmt.Fprintf(g.stderr, "not replayed: effect %d (%s): %s\n", s.ID, s.State, s.Reason)
+	}
+	return nil
+}
