@@ -3,82 +3,29 @@ package webhook_test
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
+	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 )
 
-// payloadDir returns /work/shared/testdata/github-webhooks, found as
-// ../shared/testdata/github-webhooks from the module root. It fails the test
-// when the folder is absent: the payload corpus is part of the contract.
-func payloadDir(t *testing.T) string {
+func loadPayloads(t *testing.T) []fakegh.Payload {
 	t.Helper()
-	dir, err := os.Getwd()
+	payloads, err := fakegh.Payloads()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("module root (go.mod) not found above the test's directory")
-		}
-		dir = parent
-	}
-	payloads := filepath.Join(dir, "..", "shared", "testdata", "github-webhooks")
-	if fi, err := os.Stat(payloads); err != nil || !fi.IsDir() {
-		t.Fatalf("webhook payload corpus not found at %s (expected ../shared/testdata/github-webhooks next to the module root): %v", payloads, err)
+	if len(payloads) < 100 {
+		t.Fatalf("found only %d payloads", len(payloads))
 	}
 	return payloads
 }
 
-type payloadFile struct {
-	event, name string
-	body        []byte
-}
-
-func loadPayloads(t *testing.T) []payloadFile {
-	t.Helper()
-	root := payloadDir(t)
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []payloadFile
-	for _, d := range dirs {
-		if !d.IsDir() {
-			continue
-		}
-		entries, err := os.ReadDir(filepath.Join(root, d.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
-				continue
-			}
-			body, err := os.ReadFile(filepath.Join(root, d.Name(), e.Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, payloadFile{event: d.Name(), name: e.Name(), body: body})
-		}
-	}
-	if len(files) < 100 {
-		t.Fatalf("found only %d payloads under %s", len(files), root)
-	}
-	return files
-}
-
 func loadPayload(t *testing.T, event, name string) []byte {
 	t.Helper()
-	body, err := os.ReadFile(filepath.Join(payloadDir(t), event, name))
+	body, err := fakegh.LoadPayload(event, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,17 +54,17 @@ func TestNormalizeEveryCorpusPayload(t *testing.T) {
 	t.Parallel()
 	seen := map[string]int{}
 	for _, p := range loadPayloads(t) {
-		t.Run(p.event+"/"+p.name, func(t *testing.T) {
-			n, err := webhook.Normalize(p.event, p.body)
+		t.Run(p.Event+"/"+p.Name, func(t *testing.T) {
+			n, err := webhook.Normalize(p.Event, p.Body)
 			if err != nil {
 				t.Fatalf("Normalize: %v", err)
 			}
 			var g generic
-			if err := json.Unmarshal(p.body, &g); err != nil {
+			if err := json.Unmarshal(p.Body, &g); err != nil {
 				t.Fatal(err)
 			}
-			if n.Event != p.event {
-				t.Errorf("Event = %q, want %q", n.Event, p.event)
+			if n.Event != p.Event {
+				t.Errorf("Event = %q, want %q", n.Event, p.Event)
 			}
 			if g.Action != nil && n.Action != *g.Action {
 				t.Errorf("Action = %q, want %q", n.Action, *g.Action)
@@ -128,13 +75,13 @@ func TestNormalizeEveryCorpusPayload(t *testing.T) {
 			if g.Repository != nil && (n.RepositoryID != g.Repository.ID || n.RepositoryFullName != g.Repository.FullName) {
 				t.Errorf("repository = %d %q, want %d %q", n.RepositoryID, n.RepositoryFullName, g.Repository.ID, g.Repository.FullName)
 			}
-			if n.Ignored == handled[p.event] {
-				t.Errorf("Ignored = %v for event %q", n.Ignored, p.event)
+			if n.Ignored == handled[p.Event] {
+				t.Errorf("Ignored = %v for event %q", n.Ignored, p.Event)
 			}
-			if sections := countSections(n); sections != map[bool]int{true: 1, false: 0}[handled[p.event]] {
+			if sections := countSections(n); sections != map[bool]int{true: 1, false: 0}[handled[p.Event]] {
 				t.Errorf("%d event sections set", sections)
 			}
-			checkHandledFields(t, p.event, n)
+			checkHandledFields(t, p.Event, n)
 			enc, err := json.Marshal(n)
 			if err != nil {
 				t.Fatal(err)
@@ -147,7 +94,7 @@ func TestNormalizeEveryCorpusPayload(t *testing.T) {
 				t.Errorf("JSON round trip changed the record (err %v)", err)
 			}
 		})
-		seen[p.event]++
+		seen[p.Event]++
 	}
 	for event := range handled {
 		if seen[event] == 0 {
@@ -419,13 +366,13 @@ func TestNormalizeNullsAreEmpty(t *testing.T) {
 // checks every record stays under MaxEncodedBytes.
 func TestNormalizeIsBounded(t *testing.T) {
 	t.Parallel()
-	huge := strings.Repeat("<&>\x01\"", 10_000) + "\xff\xfe"
+	huge := strings.Repeat("<&>\x01\"", 2_000) + "\xff\xfe"
 	longName := strings.Repeat("<", 2*webhook.MaxStringBytes)
 	repos := make([]map[string]any, 300)
 	for i := range repos {
 		repos[i] = map[string]any{"id": i + 1, "full_name": longName}
 	}
-	smallRepos := make([]map[string]any, 5000)
+	smallRepos := make([]map[string]any, 1500)
 	for i := range smallRepos {
 		smallRepos[i] = map[string]any{"id": i + 1, "full_name": "o/r"}
 	}
@@ -490,7 +437,7 @@ func TestNormalizeIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := n.Installation.Repositories
-	if len(l.Repositories) != webhook.MaxRepositories || !l.Truncated || l.Total != 5000 || l.Repositories[999].ID != 1000 {
+	if len(l.Repositories) != webhook.MaxRepositories || !l.Truncated || l.Total != 1500 || l.Repositories[999].ID != 1000 {
 		t.Fatalf("list = %d entries, truncated %v, total %d", len(l.Repositories), l.Truncated, l.Total)
 	}
 }

@@ -168,6 +168,7 @@ type tokenFetch struct {
 	token     string
 	expiresAt time.Time
 	err       error
+	abandoned bool // the leading caller's context ended before the answer
 }
 
 // NewTokenSource returns a TokenSource for the app appID with private key
@@ -231,7 +232,7 @@ func (s *TokenSource) Token(ctx context.Context, installationID int64) (string, 
 			case <-ctx.Done():
 				return "", ctx.Err()
 			}
-			if f.err != nil && ctx.Err() == nil && tokenContextError(f.err) {
+			if f.abandoned && ctx.Err() == nil {
 				continue // the leading caller gave up; take over
 			}
 			return f.token, f.err
@@ -258,6 +259,7 @@ func (s *TokenSource) lead(ctx context.Context, installationID int64, slot *toke
 		close(f.done)
 	}()
 	f.token, f.expiresAt, f.err = s.fetch(ctx, installationID)
+	f.abandoned = f.err != nil && ctx.Err() != nil
 }
 
 // Invalidate drops the cached token of installationID, e.g. after GitHub
@@ -268,10 +270,6 @@ func (s *TokenSource) Invalidate(installationID int64) {
 	if slot := s.cache[installationID]; slot != nil {
 		slot.token, slot.expiresAt = "", time.Time{}
 	}
-}
-
-func tokenContextError(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // tokenResponseLimit bounds the access-token response body read.

@@ -65,8 +65,9 @@ type Dispatch struct {
 	Seq int64
 	// Repository is the repository's full name.
 	Repository string
-	// WorkflowID and WorkflowPath identify the workflow.
-	WorkflowID   int64
+	// WorkflowID is the dispatched workflow's id.
+	WorkflowID int64
+	// WorkflowPath is the dispatched workflow's file.
 	WorkflowPath string
 	// Ref is the ref as sent.
 	Ref string
@@ -85,13 +86,15 @@ type Dispatch struct {
 type WorkflowRun struct {
 	// ID is the run id.
 	ID int64
-	// Repository is the repository's full name; RepositoryID its id.
-	Repository   string
+	// Repository is the repository's full name.
+	Repository string
+	// RepositoryID is the repository's id.
 	RepositoryID int64
 	// InstallationID owns the repository.
 	InstallationID int64
-	// WorkflowID, Name and Path describe the workflow.
+	// WorkflowID is the workflow's id.
 	WorkflowID int64
+	// Name is the workflow's name; Path its file.
 	Name, Path string
 	// DisplayTitle is the rendered run-name.
 	DisplayTitle string

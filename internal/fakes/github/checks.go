@@ -245,8 +245,11 @@ func (s *Server) listCheckRunsForRef(r *http.Request, p principal) reply {
 	if rep := s.permit(p, "checks", "read"); rep != nil {
 		return *rep
 	}
+	ref, ok := strings.CutSuffix(r.PathValue("ref_check_runs"), "/check-runs")
+	if !ok || ref == "" {
+		return notFound()
+	}
 	q := r.URL.Query()
-	ref := r.PathValue("ref")
 	sha, _, ok := s.resolveRef(repo, ref)
 	if !ok {
 		return errorReply(http.StatusUnprocessableEntity, "No commit found for SHA: "+ref, doc)

@@ -90,9 +90,14 @@ func TestCheckRunCreateListUpdate(t *testing.T) {
 	if l := list("?status=in_progress&filter=all"); len(l.CheckRuns) != 1 || l.CheckRuns[0].ID != created.ID {
 		t.Errorf("status=in_progress: %+v", l.CheckRuns)
 	}
-	// By SHA as well as by tag.
-	if r := b.do(t, http.MethodGet, "/repos/acme/widgets/commits/"+sha+"/check-runs?filter=all", b.token, nil); r.status != http.StatusOK || !strings.Contains(string(r.body), `"total_count":3`) {
-		t.Errorf("list by SHA: HTTP %d %s", r.status, r.body)
+	// By SHA, partial ref and escaped full ref as well as by tag name.
+	for _, ref := range []string{sha, "tags/v1.0.0", "refs%2Ftags%2Fv1.0.0"} {
+		if r := b.do(t, http.MethodGet, "/repos/acme/widgets/commits/"+ref+"/check-runs?filter=all", b.token, nil); r.status != http.StatusOK || !strings.Contains(string(r.body), `"total_count":3`) {
+			t.Errorf("list by %s: HTTP %d %s", ref, r.status, r.body)
+		}
+	}
+	if r := b.do(t, http.MethodGet, "/repos/acme/widgets/commits/"+sha+"/statuses", b.token, nil); r.status != http.StatusNotFound {
+		t.Errorf("unknown commits sub-resource: HTTP %d", r.status)
 	}
 
 	// Complete it.

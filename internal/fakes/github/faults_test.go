@@ -255,3 +255,22 @@ func TestWaitSeesConcurrentDispatch(t *testing.T) {
 		t.Fatalf("Wait on a cancelled context = %v", err)
 	}
 }
+
+func TestClearFaultsAndInvalidOptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakegh.Options{})
+	b.srv.InjectFault(fakegh.FaultRule{Kind: fakegh.FaultStatus, Status: 500})
+	if r := b.do(t, http.MethodGet, "/repos/acme/widgets/actions/runs", b.token, nil); r.status != 500 {
+		t.Fatalf("with the fault: HTTP %d", r.status)
+	}
+	b.srv.ClearFaults()
+	if r := b.do(t, http.MethodGet, "/repos/acme/widgets/actions/runs", b.token, nil); r.status != 200 {
+		t.Fatalf("after ClearFaults: HTTP %d", r.status)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New accepted a webhook URL without a secret")
+		}
+	}()
+	fakegh.New(fakegh.Options{WebhookURL: "http://127.0.0.1:1/hook"})
+}

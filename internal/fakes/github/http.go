@@ -154,7 +154,9 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range []route{
 		{RouteCreateInstallationToken, "POST /app/installations/{installation_id}/access_tokens", authAppJWT, s.createInstallationToken},
-		{RouteListCheckRunsForRef, "GET /repos/{owner}/{repo}/commits/{ref}/check-runs", authInstallationToken, s.listCheckRunsForRef},
+		// {ref} may contain slashes ("heads/main", "tags/v1.0.0"), which a
+		// ServeMux wildcard cannot express mid-pattern.
+		{RouteListCheckRunsForRef, "GET /repos/{owner}/{repo}/commits/{ref_check_runs...}", authInstallationToken, s.listCheckRunsForRef},
 		{RouteCreateCheckRun, "POST /repos/{owner}/{repo}/check-runs", authInstallationToken, s.createCheckRun},
 		{RouteGetCheckRun, "GET /repos/{owner}/{repo}/check-runs/{check_run_id}", authInstallationToken, s.getCheckRun},
 		{RouteUpdateCheckRun, "PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}", authInstallationToken, s.updateCheckRun},

@@ -379,14 +379,18 @@ func fullRef(r *repository, ref string) string {
 	if strings.HasPrefix(ref, "refs/") {
 		return ref
 	}
+	if strings.HasPrefix(ref, "heads/") || strings.HasPrefix(ref, "tags/") {
+		return "refs/" + ref
+	}
 	if _, ok := r.refs["refs/heads/"+ref]; ok {
 		return "refs/heads/" + ref
 	}
 	return "refs/tags/" + ref
 }
 
-// resolveRef returns the SHA ref points at: a SHA is itself; a full or short
-// branch or tag name is looked up; an unknown ref gets a synthetic SHA
+// resolveRef returns the SHA ref points at: a SHA is itself; a full
+// ("refs/tags/v1"), partial ("tags/v1", "heads/main") or short ("v1",
+// "main") branch or tag name is looked up; an unknown ref gets a synthetic SHA
 // unless Options.RequireKnownRefs. s.mu must be held.
 func (s *Server) resolveRef(r *repository, ref string) (sha, full string, ok bool) {
 	if isSHA(ref) {
@@ -394,7 +398,7 @@ func (s *Server) resolveRef(r *repository, ref string) (sha, full string, ok boo
 	}
 	candidates := []string{ref}
 	if !strings.HasPrefix(ref, "refs/") {
-		candidates = []string{"refs/heads/" + ref, "refs/tags/" + ref}
+		candidates = []string{"refs/heads/" + ref, "refs/tags/" + ref, "refs/" + ref}
 	}
 	for _, c := range candidates {
 		if sha, ok := r.refs[c]; ok {

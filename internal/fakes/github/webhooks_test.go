@@ -192,3 +192,25 @@ func TestNoWebhookConfigured(t *testing.T) {
 		t.Fatal("an invalid conclusion was accepted")
 	}
 }
+
+func TestDeliverEveryCorpusPayload(t *testing.T) {
+	t.Parallel()
+	b, rc := setupWebhook(t, []byte("webhook-secret"))
+	payloads, err := fakegh.Payloads()
+	must(t, err)
+	if len(payloads) < 100 {
+		t.Fatalf("%d payloads", len(payloads))
+	}
+	for _, p := range payloads {
+		d, err := b.srv.DeliverWebhook(t.Context(), p.Event, p.Body)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", p.Event, p.Name, err)
+		}
+		if string(d.Body) != string(p.Body) {
+			t.Fatalf("%s/%s: the body was re-encoded", p.Event, p.Name)
+		}
+	}
+	if got := rc.all(); len(got) != len(payloads) || got[0].normalized.Event != payloads[0].Event {
+		t.Fatalf("received %d of %d", len(got), len(payloads))
+	}
+}
