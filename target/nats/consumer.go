@@ -1,0 +1,672 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+// Defaults of ConsumerConfig.
+const (
+	// DurableDefault starts every durable consumer's name:
+	// <durable>-<queue> (NATS_DURABLE).
+	DurableDefault = "pgoutbox"
+	// MaxAckPendingDefault bounds the messages a queue's consumer has
+	// delivered and not yet settled, including retries waiting out their
+	// backoff in JetStream.
+	MaxAckPendingDefault = 10000
+)
+
+// errStopped is the cancellation cause of deliveries still running when
+// Stop's deadline passes.
+var errStopped = errors.New("nats: consumer stopped before delivery finished")
+
+// ConsumerConfig configures a Consumer. Zero fields take the documented
+// defaults.
+type ConsumerConfig struct {
+	// ID names this consumer in lease_owner; default
+	// "jetstream-<hostname>-<pid>-<random>".
+	ID string
+	// Queues to consume, with their concurrency and delivery timeout
+	// (QueueConfig.ClaimBatch is not used: a pull takes the free slots).
+	// Required; each must be one NATS subject token.
+	Queues map[string]pgoutbox.QueueConfig
+	// Types are the registered effect types: the same handlers as
+	// in-process delivery.
+	Types []pgoutbox.EffectType
+	// Stream is the stream consumed from.
+	Stream Stream
+	// Retry is the retry policy; Retry.LeaseDuration is this consumer's
+	// lease on an effect it delivers.
+	Retry RetryPolicy
+	// Durable default DurableDefault ("pgoutbox"); a queue's durable pull
+	// consumer is named <Durable>-<queue>, shared by every process.
+	Durable string
+	// AckWait default AckWaitDefault (30 s); it must be below
+	// Retry.LeaseDuration, and every delivery timeout below it.
+	AckWait time.Duration
+	// MaxDeliver bounds JetStream deliveries of one message; default 4 ×
+	// Retry.MaxAttempts. Deliveries that are not attempts (a message that
+	// arrives while another consumer still holds the effect) count too.
+	MaxDeliver int
+	// MaxAckPending default MaxAckPendingDefault (10,000).
+	MaxAckPending int
+	// CompletionBatch is the most completions in one group commit; default
+	// pgoutbox.CompletionBatchDefault (1000).
+	CompletionBatch int
+	// Logger default discards.
+	Logger *slog.Logger
+	// Registerer receives the consumer's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Consumer delivers relayed effects from JetStream with the registered
+// handlers and records every outcome in PostgreSQL with the engine's fencing,
+// dead-letter and reconciliation rules. Each queue has a durable pull
+// consumer with explicit acks, its own pull loop and its own concurrency.
+type Consumer struct {
+	pool  *pgxpool.Pool
+	js    jetstream.JetStream
+	cfg   ConsumerConfig
+	types map[string]pgoutbox.EffectType
+	log   *slog.Logger
+	hzn   time.Duration
+	m     *prometheus.CounterVec
+
+	queues []*consumerQueue
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+
+	runCancel   context.CancelFunc
+	workCancel  context.CancelCauseFunc
+	extCancel   context.CancelFunc
+	workCtx     context.Context
+	runWG       sync.WaitGroup
+	extWG       sync.WaitGroup
+	complWG     sync.WaitGroup
+	deliveries  sync.WaitGroup
+	completions chan complReq
+}
+
+type consumerQueue struct {
+	c     *Consumer
+	name  string
+	cfg   pgoutbox.QueueConfig
+	cons  jetstream.Consumer
+	slots chan struct{} // one token per free delivery slot
+
+	mu   sync.Mutex
+	held map[int64]*inflight
+}
+
+type inflight struct {
+	lease  *pgoutbox.Lease
+	msg    jetstream.Msg
+	cancel context.CancelCauseFunc
+}
+
+type complReq struct {
+	lease *pgoutbox.Lease
+	done  chan complRes
+}
+
+type complRes struct {
+	ok  bool
+	err error
+}
+
+// NewConsumer validates cfg and returns a Consumer that is not yet started.
+func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig) (*Consumer, error) {
+	if pool == nil || js == nil {
+		return nil, errors.New("nats: NewConsumer: pool and js are required")
+	}
+	if len(cfg.Queues) == 0 {
+		return nil, errors.New("nats: ConsumerConfig.Queues is empty: name the queues to consume")
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("jetstream-%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	cfg.Stream = cfg.Stream.withDefaults()
+	cfg.Retry = cfg.Retry.withDefaults()
+	if cfg.Durable == "" {
+		cfg.Durable = DurableDefault
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = AckWaitDefault
+	}
+	if cfg.MaxDeliver == 0 {
+		cfg.MaxDeliver = 4 * cfg.Retry.MaxAttempts
+	}
+	if cfg.MaxAckPending == 0 {
+		cfg.MaxAckPending = MaxAckPendingDefault
+	}
+	if cfg.CompletionBatch == 0 {
+		cfg.CompletionBatch = pgoutbox.CompletionBatchDefault
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.AckWait >= cfg.Retry.LeaseDuration:
+		return nil, fmt.Errorf("nats: ConsumerConfig.AckWait (%s) must be below Retry.LeaseDuration (%s): "+
+			"JetStream must not redeliver while the lease still protects a delivery", cfg.AckWait, cfg.Retry.LeaseDuration)
+	case cfg.MaxDeliver <= cfg.Retry.MaxAttempts:
+		return nil, fmt.Errorf("nats: ConsumerConfig.MaxDeliver (%d) must exceed Retry.MaxAttempts (%d)", cfg.MaxDeliver, cfg.Retry.MaxAttempts)
+	case cfg.Retry.LeaseDuration < time.Second:
+		return nil, fmt.Errorf("nats: ConsumerConfig.Retry.LeaseDuration must be at least 1s, got %s", cfg.Retry.LeaseDuration)
+	}
+	c := &Consumer{
+		pool: pool, js: js, cfg: cfg, log: cfg.Logger, hzn: cfg.Retry.Horizon(),
+		types: make(map[string]pgoutbox.EffectType, len(cfg.Types)),
+		m: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pgoutbox_jetstream_deliveries_total",
+			Help: "Deliveries of relayed effects by queue, effect type and outcome.",
+		}, []string{"queue", "effect_type", "outcome"}),
+	}
+	for _, t := range cfg.Types {
+		if t.Name == "" || (t.Handler == nil) == (t.TxHandler == nil) {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q]: set a name and exactly one of Handler and TxHandler", t.Name)
+		}
+		if t.TxHandler != nil {
+			t.ReplaySafe = true
+		}
+		c.types[t.Name] = t
+	}
+	for name, qc := range cfg.Queues {
+		if err := checkToken(name); err != nil {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Queues: %q: %w", name, err)
+		}
+		if qc.Concurrency == 0 {
+			qc.Concurrency = pgoutbox.ConcurrencyDefault
+		}
+		if qc.DeliveryTimeout == 0 {
+			qc.DeliveryTimeout = min(pgoutbox.DeliveryTimeoutDefault, cfg.AckWait/2)
+		}
+		if qc.Concurrency < 0 || qc.DeliveryTimeout >= cfg.AckWait {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Queues[%q]: Concurrency must be positive and DeliveryTimeout (%s) below AckWait (%s)",
+				name, qc.DeliveryTimeout, cfg.AckWait)
+		}
+		q := &consumerQueue{c: c, name: name, cfg: qc, slots: make(chan struct{}, qc.Concurrency), held: map[int64]*inflight{}}
+		for range qc.Concurrency {
+			q.slots <- struct{}{}
+		}
+		c.queues = append(c.queues, q)
+	}
+	for _, t := range c.types {
+		if t.Timeout >= cfg.AckWait {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q].Timeout (%s) must be below AckWait (%s)", t.Name, t.Timeout, cfg.AckWait)
+		}
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(c.m)
+	}
+	return c, nil
+}
+
+// ID returns the consumer's lease_owner.
+func (c *Consumer) ID() string { return c.cfg.ID }
+
+// Start checks (or creates) the stream, refusing to start when its duplicate
+// window is shorter than the retry horizon, creates or updates each queue's
+// durable pull consumer, and starts pulling.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("nats: consumer already started")
+	}
+	names := make([]string, len(c.queues))
+	for i, q := range c.queues {
+		names[i] = q.name
+	}
+	st, err := EnsureStream(ctx, c.js, c.cfg.Stream, c.cfg.Retry, names)
+	if err != nil {
+		return err
+	}
+	for _, q := range c.queues {
+		q.cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       c.cfg.Durable + "-" + q.name,
+			Description:   "pgoutbox consumer of queue " + q.name,
+			FilterSubject: c.cfg.Stream.queueFilter(q.name),
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       c.cfg.AckWait,
+			MaxDeliver:    c.cfg.MaxDeliver,
+			MaxAckPending: c.cfg.MaxAckPending,
+		})
+		if err != nil {
+			return fmt.Errorf("nats: consumer %s-%s: %w", c.cfg.Durable, q.name, err)
+		}
+	}
+	c.started = true
+	runCtx, runCancel := context.WithCancel(context.Background())
+	workCtx, workCancel := context.WithCancelCause(context.Background())
+	extCtx, extCancel := context.WithCancel(context.Background())
+	c.runCancel, c.workCancel, c.extCancel, c.workCtx = runCancel, workCancel, extCancel, workCtx
+	c.completions = make(chan complReq, c.cfg.CompletionBatch)
+	for range 2 {
+		c.complWG.Add(1)
+		go c.groupCommit()
+	}
+	c.extWG.Add(1)
+	go c.extendLoop(extCtx)
+	for _, q := range c.queues {
+		c.runWG.Add(1)
+		go q.run(runCtx)
+	}
+	c.log.Info("jetstream consumer started", "id", c.cfg.ID, "stream", c.cfg.Stream.Name, "queues", names,
+		"ack_wait", c.cfg.AckWait, "max_deliver", c.cfg.MaxDeliver)
+	return nil
+}
+
+// Stop stops pulling (messages already pulled and not yet taken over are
+// handed back to JetStream for immediate redelivery), lets deliveries finish until
+// ctx ends, then cancels the rest: an interrupted replay-safe effect is handed
+// back for immediate redelivery, an interrupted non-replay-safe one goes to
+// reconciliation_required. Stop returns when every goroutine has exited.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started || c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	c.mu.Unlock()
+	c.runCancel()
+	c.runWG.Wait()
+	done := make(chan struct{})
+	go func() { c.deliveries.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.workCancel(errStopped)
+		<-done
+		err = fmt.Errorf("nats: stop deadline passed, in-flight deliveries were interrupted: %w", ctx.Err())
+	}
+	c.workCancel(nil)
+	c.extCancel()
+	c.extWG.Wait()
+	close(c.completions)
+	c.complWG.Wait()
+	c.log.Info("jetstream consumer stopped", "id", c.cfg.ID)
+	return err
+}
+
+// run pulls continuously (the client buffers at most Concurrency messages)
+// and takes each group of arrived messages over in one statement. A feeder
+// takes a free slot before it asks for the next message, so a message never
+// waits for a slot once it is handed over.
+func (q *consumerQueue) run(ctx context.Context) {
+	defer q.c.runWG.Done()
+	errWait := 100 * time.Millisecond
+	var it jetstream.MessagesContext
+	for {
+		var err error
+		it, err = q.cons.Messages(jetstream.PullMaxMessages(q.cfg.Concurrency))
+		if err == nil {
+			break
+		}
+		q.c.log.Error("jetstream pull failed", "queue", q.name, "err", err, "retry_in", errWait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(errWait):
+		}
+		errWait = min(errWait*2, 5*time.Second)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Drain() // buffered messages are still returned, and handed back
+		case <-stopped:
+		}
+	}()
+	defer close(stopped)
+	ch := make(chan jetstream.Msg)
+	go q.feed(ctx, it, ch)
+	for m := range ch {
+		group := []jetstream.Msg{m}
+	drain:
+		for len(group) < q.cfg.Concurrency {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				group = append(group, m)
+			default:
+				break drain
+			}
+		}
+		q.process(ctx, group)
+	}
+}
+
+// feed sends each pulled message, holding one slot, to ch; once ctx ends it
+// hands back what the iterator still returns, and closes ch when the
+// iterator is closed.
+func (q *consumerQueue) feed(ctx context.Context, it jetstream.MessagesContext, ch chan<- jetstream.Msg) {
+	defer close(ch)
+	for {
+		held := q.acquire(ctx)
+		m, err := it.Next()
+		if err != nil {
+			if held {
+				q.releaseN(1)
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			q.c.log.Warn("jetstream pull", "queue", q.name, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if !held {
+			_ = m.Nak() // stopping: let another consumer have it now
+			continue
+		}
+		ch <- m
+	}
+}
+
+// acquire takes one free slot; false once ctx has ended.
+func (q *consumerQueue) acquire(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-q.slots:
+		return true
+	}
+}
+
+func (q *consumerQueue) releaseN(n int) {
+	for range n {
+		q.slots <- struct{}{}
+	}
+}
+
+func (q *consumerQueue) lastDelivery(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	return err == nil && md.NumDelivered >= uint64(q.c.cfg.MaxDeliver)
+}
+
+// process takes a group of messages over and settles those that cannot be
+// delivered now. Each message holds one slot until it is settled.
+func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
+	if ctx.Err() != nil {
+		for _, m := range msgs {
+			_ = m.Nak() // stopping: let another consumer have it now
+		}
+		q.releaseN(len(msgs))
+		return
+	}
+	hs := make([]pgoutbox.Handoff, 0, len(msgs))
+	valid := make([]jetstream.Msg, 0, len(msgs))
+	for _, m := range msgs {
+		var env Envelope
+		if err := json.Unmarshal(m.Data(), &env); err != nil || env.EffectID == 0 {
+			q.c.log.Error("message is not a relayed effect; terminated", "queue", q.name, "subject", m.Subject(), "err", err)
+			_ = m.TermWithReason("not a pgoutbox envelope")
+			q.releaseN(1)
+			continue
+		}
+		hs = append(hs, pgoutbox.Handoff{ID: env.EffectID, Type: env.Type, Key: env.Key, RelayToken: env.RelayToken})
+		valid = append(valid, m)
+	}
+	if len(hs) == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	res, err := pgoutbox.TakeOver(fctx, q.c.pool, hs, q.c.cfg.ID, q.c.cfg.Retry.LeaseDuration)
+	cancel()
+	if err != nil {
+		q.c.log.Error("take-over failed; messages redelivered later", "queue", q.name, "count", len(valid), "err", err)
+		for _, m := range valid {
+			_ = m.NakWithDelay(time.Second)
+		}
+		q.releaseN(len(valid))
+		return
+	}
+	for i, r := range res {
+		m, h := valid[i], hs[i]
+		if r.Action == pgoutbox.TakenOver {
+			q.start(r.Lease, m)
+			continue
+		}
+		q.c.m.WithLabelValues(q.name, h.Type, string(r.Action)).Inc()
+		switch r.Action {
+		case pgoutbox.TakeOverSettled:
+			if r.State == pgoutbox.StateCompleted {
+				_ = m.Ack()
+			} else {
+				_ = m.Term()
+			}
+		case pgoutbox.TakeOverBusy:
+			if q.lastDelivery(m) {
+				// Never leave a message undeliverable in the stream: the
+				// holder records its outcome in PostgreSQL, and an effect
+				// left behind is recovered there and relayed anew.
+				q.c.log.Warn("last JetStream delivery while the effect is held elsewhere; message terminated",
+					"effect_id", h.ID, "queue", q.name)
+				_ = m.TermWithReason("max deliveries: effect held elsewhere")
+			} else {
+				_ = m.NakWithDelay(min(max(r.Wait+100*time.Millisecond, 100*time.Millisecond), q.c.cfg.AckWait))
+			}
+		case pgoutbox.TakeOverReconciled:
+			q.c.log.Error("delivery started and was never recorded; reconciliation_required, not redelivered",
+				"effect_id", h.ID, "queue", q.name, "effect_type", h.Type)
+			_ = m.TermWithReason("reconciliation_required")
+		case pgoutbox.TakeOverExhausted:
+			q.c.log.Error("attempts exhausted; dead-lettered", "effect_id", h.ID, "queue", q.name, "effect_type", h.Type)
+			_ = m.TermWithReason("dead_letter")
+		default:
+			q.c.log.Warn("message names no effect of this database; terminated", "effect_id", h.ID, "queue", q.name)
+			_ = m.TermWithReason("no such effect")
+		}
+		q.releaseN(1)
+	}
+}
+
+func (q *consumerQueue) start(l *pgoutbox.Lease, m jetstream.Msg) {
+	ctx, cancel := context.WithCancelCause(q.c.workCtx)
+	q.mu.Lock()
+	q.held[l.ID] = &inflight{lease: l, msg: m, cancel: cancel}
+	q.mu.Unlock()
+	q.c.deliveries.Add(1)
+	go func() {
+		defer func() {
+			q.mu.Lock()
+			delete(q.held, l.ID)
+			q.mu.Unlock()
+			cancel(nil)
+			q.releaseN(1)
+			q.c.deliveries.Done()
+		}()
+		q.deliver(ctx, l, m)
+	}()
+}
+
+// deliver runs one delivery with the registered handler and records its
+// outcome in PostgreSQL, then settles the message.
+func (q *consumerQueue) deliver(ctx context.Context, l *pgoutbox.Lease, m jetstream.Msg) {
+	c := q.c
+	t := c.types[l.Type] // unregistered: Run retries it, like a worker
+	res := l.Run(ctx, c.pool, t, q.cfg.DeliveryTimeout, c.cfg.Retry.BackoffCap)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	outcome := res.Outcome
+	logFields := []any{"effect_id", l.ID, "queue", l.Queue, "effect_type", l.Type, "attempt", l.Attempt}
+	switch res.Status {
+	case pgoutbox.RunDelivered:
+		done := make(chan complRes, 1)
+		c.completions <- complReq{lease: l, done: done}
+		cr := <-done
+		switch {
+		case cr.err != nil:
+			c.log.Error("complete failed; the lease will expire and the effect be recovered", append(logFields, "err", cr.err)...)
+			if res.ReplaySafe {
+				_ = m.NakWithDelay(c.cfg.Retry.LeaseDuration)
+			} else {
+				_ = m.Term()
+			}
+		case !cr.ok:
+			outcome = pgoutbox.OutcomeLeaseLost
+			c.log.Warn("lease lost; nothing written", logFields...)
+		default:
+			_ = m.Ack()
+		}
+	case pgoutbox.RunCompleted:
+		_ = m.Ack()
+	case pgoutbox.RunLeaseLost:
+		c.log.Warn("lease lost; nothing written", logFields...)
+	case pgoutbox.RunUnrecorded:
+		c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", res.Err)...)
+		if res.ReplaySafe {
+			_ = m.NakWithDelay(c.cfg.Retry.LeaseDuration)
+		} else {
+			_ = m.TermWithReason("outcome unrecorded: reconciliation_required when the lease expires")
+		}
+	case pgoutbox.RunFailed:
+		stopping := errors.Is(context.Cause(ctx), errStopped)
+		if res.Retry && !q.lastDelivery(m) {
+			delay := res.Delay
+			if stopping {
+				delay = 0
+			}
+			err := l.HandBack(fctx, c.pool, c.hzn, res.Err)
+			switch {
+			case errors.Is(err, pgoutbox.ErrLeaseLost):
+				outcome = pgoutbox.OutcomeLeaseLost
+				c.log.Warn("lease lost; nothing written", logFields...)
+			case err != nil:
+				c.log.Error("recording a retry failed; the lease will expire and the effect be recovered", append(logFields, "err", err)...)
+			default:
+				_ = m.NakWithDelay(delay)
+				c.log.Warn("delivery failed; JetStream redelivers", append(logFields, "outcome", res.Outcome, "retry_in", delay, "err", res.Err)...)
+			}
+			break
+		}
+		// Dead letter, reconciliation, or (on the message's last JetStream
+		// delivery) a retry scheduled in PostgreSQL: the relay publishes
+		// the effect again when it is due.
+		state, err := l.Fail(fctx, c.pool, res.Err, res.ReplaySafe, c.cfg.Retry.BackoffCap)
+		switch {
+		case errors.Is(err, pgoutbox.ErrLeaseLost):
+			outcome = pgoutbox.OutcomeLeaseLost
+			c.log.Warn("lease lost; nothing written", logFields...)
+		case err != nil:
+			c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered", append(logFields, "err", err)...)
+		default:
+			_ = m.TermWithReason(string(state))
+			c.log.Warn("delivery failed", append(logFields, "outcome", res.Outcome, "state", state, "err", res.Err)...)
+		}
+	}
+	c.m.WithLabelValues(l.Queue, l.Type, string(outcome)).Inc()
+}
+
+// groupCommit completes many delivered effects in one statement.
+func (c *Consumer) groupCommit() {
+	defer c.complWG.Done()
+	batch := make([]complReq, 0, c.cfg.CompletionBatch)
+	leases := make([]*pgoutbox.Lease, 0, c.cfg.CompletionBatch)
+	for req := range c.completions {
+		batch = append(batch[:0], req)
+	drain:
+		for len(batch) < c.cfg.CompletionBatch {
+			select {
+			case r, ok := <-c.completions:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		leases = leases[:0]
+		for _, r := range batch {
+			leases = append(leases, r.lease)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		done, err := pgoutbox.CompleteLeases(ctx, c.pool, leases)
+		cancel()
+		for _, r := range batch {
+			r.done <- complRes{ok: done[r.lease.ID], err: err}
+		}
+	}
+}
+
+// extendLoop extends the leases of every delivery in flight in one statement
+// and tells JetStream they are in progress, every third of the shorter of
+// the lease and the ack wait; a delivery whose lease was lost is cancelled.
+func (c *Consumer) extendLoop(ctx context.Context) {
+	defer c.extWG.Done()
+	t := time.NewTicker(min(c.cfg.Retry.LeaseDuration, c.cfg.AckWait) / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.ExtendLeases(ctx)
+		}
+	}
+}
+
+// ExtendLeases extends every in-flight lease now and sends JetStream an
+// in-progress ack for its message (the extender does this periodically); a
+// delivery whose lease was lost is cancelled with cause pgoutbox.ErrLeaseLost.
+func (c *Consumer) ExtendLeases(ctx context.Context) {
+	var held []*inflight
+	for _, q := range c.queues {
+		q.mu.Lock()
+		for _, h := range q.held {
+			held = append(held, h)
+		}
+		q.mu.Unlock()
+	}
+	if len(held) == 0 {
+		return
+	}
+	leases := make([]*pgoutbox.Lease, len(held))
+	for i, h := range held {
+		leases[i] = h.lease
+	}
+	kept, err := pgoutbox.ExtendLeases(ctx, c.pool, leases, c.cfg.Retry.LeaseDuration)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("lease extension failed", "err", err, "leases", len(leases))
+		}
+		return
+	}
+	for _, h := range held {
+		if !kept[h.lease.ID] {
+			h.cancel(pgoutbox.ErrLeaseLost)
+			continue
+		}
+		_ = h.msg.InProgress()
+	}
+}
