@@ -47,16 +47,19 @@ type globals struct {
 	stderr      io.Writer
 }
 
-func (g *globals) logger() *slog.Logger {
+func (g *globals) logger() *slog.Logger { return g.loggerTo(g.stderr) }
+
+// loggerTo is logger writing to w.
+func (g *globals) loggerTo(w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 		lvl = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	if g.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(g.stderr, opts))
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(g.stderr, opts))
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // NewRoot returns the pgoutbox command tree writing to stdout and stderr.

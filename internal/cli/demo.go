@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgoutbox/pgoutbox/internal/demo"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+func init() { extraCommands = append(extraCommands, newDemoCmd) }
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newDemoCmd(g *globals) *cobra.Command {
+	var (
+		addr         string
+		exitWhenDone bool
+		asJSON       bool
+		reset        bool
+		sparqlURL    string
+		records      int
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole system with GitHub and Solr emulators and tell its story",
+		Long: `demo starts PostgreSQL (embedded under --data-dir unless DATABASE_URL is set), migrates,
+serves HTTP, starts the GitHub and Solr emulators in-process, and drives both applications through
+their real endpoints: signed webhooks to release runs, Check Runs and dispatches (one of which lands
+in reconciliation_required), and an import of records projected to Solr through a burst of 5xx,
+with one poisoned record that dead-letters. It then prints a summary and keeps serving until
+Ctrl-C (or exits with --exit-when-done).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			out := g.stdout
+			if asJSON {
+				out = g.stderr // the story and status go to stderr; stdout carries the JSON
+			}
+			if g.databaseURL == "" {
+				if reset {
+					if err := pgtest.ResetLocal(g.dataDir); err != nil {
+						return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--reset: %w", err)}
+					}
+					fmt.Fprintf(out, "reset: removed the embedded PostgreSQL at %s\n", g.dataDir)
+				} else if _, err := os.Stat(filepath.Join(g.dataDir, "pgdata")); err == nil {
+					fmt.Fprintf(out, "reusing the embedded PostgreSQL at %s (earlier runs' data is kept; --reset starts clean)\n", g.dataDir)
+				} else {
+					fmt.Fprintf(out, "creating an embedded PostgreSQL at %s (first run: about a minute)\n", g.dataDir)
+				}
+			}
+			pool, _, err := g.open(ctx, true)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			// The components' logs go to a file: the screen tells the story.
+			logDir := g.dataDir
+			if g.databaseURL != "" {
+				logDir = os.TempDir()
+			}
+			logPath := filepath.Join(logDir, "demo.log")
+			logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			defer logFile.Close()
+			fmt.Fprintf(out, "component logs: %s\n", logPath)
+			d, err := demo.Start(ctx, demo.Options{
+				Pool: pool, Addr: addr, Out: out, Log: g.loggerTo(logFile), Live: !asJSON && isTerminal(g.stdout),
+				Records: records, SPARQLURL: sparqlURL,
+			})
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			closeDemo := func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+				defer cancel()
+				_ = d.Close(cctx)
+			}
+			summary, storyErr := d.Story(ctx)
+			if asJSON {
+				_ = summary.Print(g.stdout, true)
+			} else {
+				_ = summary.Print(out, false)
+			}
+			if storyErr != nil || summary.Lost != 0 {
+				closeDemo()
+				if storyErr == nil {
+					storyErr = fmt.Errorf("%d effects lost", summary.Lost)
+				}
+				return &ExitError{Code: ExitCheckFailed, Err: storyErr}
+			}
+			if !exitWhenDone {
+				fmt.Fprintf(out, "\nStill serving on %s — Ctrl-C to stop.\n", d.URL())
+				if err := d.Serve(ctx); err != nil {
+					closeDemo()
+					return &ExitError{Code: ExitCouldNotRun, Err: err}
+				}
+			}
+			closeDemo()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", demo.AddrDefault, "HTTP listen address (default: a free port)")
+	f.BoolVar(&exitWhenDone, "exit-when-done", false, "exit 0 after the story and its summary instead of serving")
+	f.BoolVar(&asJSON, "json", false, "print the summary as JSON on stdout (the story goes to stderr)")
+	f.BoolVar(&reset, "reset", false, "delete the embedded PostgreSQL first and start clean")
+	f.StringVar(&sparqlURL, "sparql-url", "", "also project records to this SPARQL 1.1 update endpoint")
+	f.IntVar(&records, "records", demo.RecordsDefault, "records in the generated import")
+	return cmd
+}

@@ -1,0 +1,65 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/pgoutbox/internal/demo"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	pgtest.Main(m, func() error { return goleak.Find() })
+}
+
+func TestStoryEndsInTheIntendedStates(t *testing.T) {
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	d, err := demo.Start(ctx, demo.Options{Pool: pool, Out: &out, Records: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	s, err := d.Story(ctx)
+	if cerr := d.Close(ctx); cerr != nil {
+		t.Errorf("close: %v", cerr)
+	}
+	if err != nil {
+		t.Fatalf("story: %v\n%s", err, out.String())
+	}
+	t.Logf("story took %s (reported, not asserted)", time.Since(started))
+	want := map[string]int64{
+		"control_plane_jobs/completed":                4, // installation, 2 pushes, 1 workflow_run
+		"control_plane_outbox/completed":              4, // 2 check run creates, 1 dispatch, 1 check run complete
+		"control_plane_outbox/reconciliation_required": 1, // the dispatch whose response was lost
+	}
+	for k, v := range demo.ProjectionExpectations(500) {
+		want[k] = v
+	}
+	got := map[string]int64{}
+	for _, qs := range s.States {
+		got[qs.Queue+"/"+qs.State] = qs.Count
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %d, want %d", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("states %v, want exactly %v", got, want)
+	}
+	if s.Lost != 0 || s.ReconcileID == 0 {
+		t.Fatalf("lost %d, reconcile id %d", s.Lost, s.ReconcileID)
+	}
+	var table bytes.Buffer
+	if err := s.Print(&table, false); err != nil || !strings.Contains(table.String(), "reconcile inspect") {
+		t.Fatalf("summary table: %v\n%s", err, table.String())
+	}
+}

@@ -1,0 +1,130 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// QueueState counts this run's effects of one queue in one state.
+type QueueState struct {
+	Queue string `json:"queue"`
+	State string `json:"state"`
+	Count int64  `json:"count"`
+}
+
+// Summary is what the demo did. Lost must be 0: effects of this run that
+// are in no final or operator-visible state after the story.
+type Summary struct {
+	RunID          string       `json:"run_id"`
+	URL            string       `json:"url"`
+	Seconds        float64      `json:"seconds"`
+	Lost           int64        `json:"lost"`
+	Effects        int64        `json:"effects"`
+	States         []QueueState `json:"states"`
+	Deliveries     int64        `json:"deliveries"`
+	Retries        int64        `json:"retries"`
+	DeadLetters    int64        `json:"dead_letters"`
+	Reconciliation int64        `json:"reconciliation_required"`
+	LagP50Ms       float64      `json:"lag_p50_ms"`
+	LagP99Ms       float64      `json:"lag_p99_ms"`
+	// ReconcileID is the dispatch left in reconciliation_required.
+	ReconcileID int64 `json:"reconcile_id"`
+	// Error is set when the story did not finish.
+	Error string   `json:"error,omitempty"`
+	Next  []string `json:"next"`
+}
+
+const summarySQL = `
+SELECT queue, state::text, count(*) FROM pgoutbox.effects
+WHERE created_at >= $1 GROUP BY 1, 2 ORDER BY 1, 2`
+
+const lagSQL = `
+SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)), 0) * 1000,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)), 0) * 1000
+FROM pgoutbox.effects WHERE created_at >= $1 AND state = 'completed' AND resolution IS NULL`
+
+// summarize reads this run's effects from the database.
+func (d *Demo) summarize(ctx context.Context, started time.Time, reconcileID int64, storyErr error) (Summary, error) {
+	s := Summary{RunID: d.run, URL: d.base, Seconds: time.Since(started).Seconds(), ReconcileID: reconcileID,
+		Deliveries: d.counts.deliveries.Load(), Retries: d.counts.retries.Load()}
+	if storyErr != nil {
+		s.Error = storyErr.Error()
+	}
+	rows, err := d.o.Pool.Query(ctx, summarySQL, d.since)
+	if err != nil {
+		return s, err
+	}
+	for rows.Next() {
+		var qs QueueState
+		if err := rows.Scan(&qs.Queue, &qs.State, &qs.Count); err != nil {
+			rows.Close()
+			return s, err
+		}
+		s.States = append(s.States, qs)
+		s.Effects += qs.Count
+		switch qs.State {
+		case "completed":
+		case "dead_letter":
+			s.DeadLetters += qs.Count
+		case "reconciliation_required":
+			s.Reconciliation += qs.Count
+		default:
+			s.Lost += qs.Count
+		}
+	}
+	rows.Close()
+	if err := d.o.Pool.QueryRow(ctx, lagSQL, d.since).Scan(&s.LagP50Ms, &s.LagP99Ms); err != nil {
+		return s, err
+	}
+	s.Next = []string{
+		"open " + d.base + "/workers (while the demo keeps serving)",
+		"pgoutbox status",
+		"pgoutbox reconcile list",
+		fmt.Sprintf("pgoutbox reconcile inspect %d", reconcileID),
+		fmt.Sprintf("pgoutbox reconcile resolve %d --workflow-run-id <the run inspect points at>", reconcileID),
+		"pgoutbox dlq list",
+		"pgoutbox dlq replay --queue outbox_events",
+		"pgoutbox alert check",
+	}
+	return s, nil
+}
+
+// Print writes the summary as a table, or as JSON.
+func (s Summary) Print(w io.Writer, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Fprintf(w, "\nSummary of run %s (%.1fs)\n\n", s.RunID, s.Seconds)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tEFFECTS")
+	for _, qs := range s.States {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", qs.Queue, qs.State, qs.Count)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, kv := range [][2]string{
+		{"effects", fmt.Sprint(s.Effects)},
+		{"deliveries", fmt.Sprint(s.Deliveries)},
+		{"retries", fmt.Sprint(s.Retries)},
+		{"dead letters", fmt.Sprint(s.DeadLetters)},
+		{"reconciliation required", fmt.Sprint(s.Reconciliation)},
+		{"lag p50 / p99", fmt.Sprintf("%.0f ms / %.0f ms", s.LagP50Ms, s.LagP99Ms)},
+		{"lost", fmt.Sprint(s.Lost)},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+	}
+	_ = tw.Flush()
+	if s.Error != "" {
+		fmt.Fprintf(w, "\nthe story did not finish: %s\n", s.Error)
+	}
+	fmt.Fprintf(w, "\nNext, try:\n  %s\n", strings.Join(s.Next, "\n  "))
+	return nil
+}
