@@ -8,9 +8,9 @@ LDFLAGS := -X github.com/pgoutbox/pgoutbox/internal/cli.Version=$(VERSION)
 
 .PHONY: demo test test-short build lint fmt vet staticcheck clean
 
-## demo: run pgoutbox on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
+## demo: the whole system with GitHub and Solr emulators, on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
 demo: build
-	./bin/pgoutbox serve
+	./bin/pgoutbox demo
 
 ## test: vet, then every test against a real PostgreSQL
 test: vet

@@ -36,8 +36,8 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 	}
 	t.Logf("story took %s (reported, not asserted)", time.Since(started))
 	want := map[string]int64{
-		"control_plane_jobs/completed":                4, // installation, 2 pushes, 1 workflow_run
-		"control_plane_outbox/completed":              4, // 2 check run creates, 1 dispatch, 1 check run complete
+		"control_plane_jobs/completed":                 4, // installation, 2 pushes, 1 workflow_run
+		"control_plane_outbox/completed":               4, // 2 check run creates, 1 dispatch, 1 check run complete
 		"control_plane_outbox/reconciliation_required": 1, // the dispatch whose response was lost
 	}
 	for k, v := range demo.ProjectionExpectations(500) {
