@@ -100,10 +100,14 @@ func age(seconds float64) string {
 	}
 }
 
-// optAge formats an optional age; "-" when absent.
-func optAge(seconds *float64) string {
+// lag formats an optional lag like age, with centiseconds under a minute
+// ("1.25s"); "-" when absent.
+func lag(seconds *float64) string {
 	if seconds == nil {
 		return "-"
+	}
+	if d := time.Duration(*seconds * float64(time.Second)); d >= time.Second && d < time.Minute {
+		return d.Round(10 * time.Millisecond).String()
 	}
 	return age(*seconds)
 }

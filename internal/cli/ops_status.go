@@ -52,7 +52,7 @@ func printStatus(g *globals, s *ops.Snapshot, byType bool) error {
 		"COMPLETED " + window, "OLDEST AVAILABLE", "LAG P50", "LAG P99"}
 	line := func(name string, c ops.Counts) []any {
 		return []any{name, c.Available, c.Retrying, c.Leased, c.StalledLeases, c.DeadLetter, c.ReconciliationRequired,
-			c.CompletedRecent, age(c.OldestAvailableAgeSeconds), optAge(c.LagP50Seconds), optAge(c.LagP99Seconds)}
+			c.CompletedRecent, age(c.OldestAvailableAgeSeconds), lag(c.LagP50Seconds), lag(c.LagP99Seconds)}
 	}
 	rows := s.Queues
 	if byType {
