@@ -16,10 +16,6 @@ func newAlertCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "alert",
 		Short: "Alert rules over the outbox",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cmd.Help()
-		},
 	}
 	cmd.AddCommand(newAlertCheckCmd(g))
 	return cmd
@@ -96,15 +92,15 @@ does not change the exit code. The exit code is 0 unless --fail-on-alert
 	ff.register(cmd)
 	f := cmd.Flags()
 	f.Int64Var(&t.DeadLetters, "dlq-threshold", int64(envInt("OUTBOX_DLQ_ALERT_THRESHOLD", ops.DeadLetterThresholdDefault)),
-		"fire at this many dead letters (env OUTBOX_DLQ_ALERT_THRESHOLD, default 1)")
+		"fire at this many dead letters (env OUTBOX_DLQ_ALERT_THRESHOLD)")
 	f.Int64Var(&t.Retrying, "retry-threshold", int64(envInt("OUTBOX_RETRY_ALERT_THRESHOLD", ops.RetryingThresholdDefault)),
-		"fire at this many retrying effects (env OUTBOX_RETRY_ALERT_THRESHOLD, default 50)")
+		"fire at this many retrying effects (env OUTBOX_RETRY_ALERT_THRESHOLD)")
 	f.Int64Var(&t.Pending, "pending-threshold", int64(envInt("OUTBOX_PENDING_ALERT_THRESHOLD", ops.PendingThresholdDefault)),
-		"fire at this many available effects (env OUTBOX_PENDING_ALERT_THRESHOLD, default 200)")
+		"fire at this many available effects (env OUTBOX_PENDING_ALERT_THRESHOLD)")
 	f.DurationVar(&t.PendingMaxAge, "pending-max-age", envMinutes("OUTBOX_PENDING_MAX_AGE_MINUTES", ops.PendingMaxAgeDefault),
-		"fire when the oldest due available effect is this old (env OUTBOX_PENDING_MAX_AGE_MINUTES, in minutes; default 15)")
+		"fire when the oldest due available effect is this old (env OUTBOX_PENDING_MAX_AGE_MINUTES, in minutes)")
 	f.DurationVar(&t.XminMaxAge, "xmin-max-age", envMinutes("OUTBOX_XMIN_MAX_AGE_MINUTES", ops.XminMaxAgeDefault),
-		"fire when a transaction has held back VACUUM this long (env OUTBOX_XMIN_MAX_AGE_MINUTES, in minutes; default 5)")
+		"fire when a transaction has held back VACUUM this long (env OUTBOX_XMIN_MAX_AGE_MINUTES, in minutes)")
 	stalledAfterFlag(cmd, &stalledAfter)
 	f.BoolVar(&failOnAlert, "fail-on-alert", os.Getenv("OUTBOX_ALERT_FAIL_ON_ALERT") == "1",
 		"exit 3 when a rule fires (env OUTBOX_ALERT_FAIL_ON_ALERT=1)")

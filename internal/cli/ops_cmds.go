@@ -40,7 +40,7 @@ func (ff *filterFlags) register(cmd *cobra.Command) {
 // OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES.
 func stalledAfterFlag(cmd *cobra.Command, d *time.Duration) {
 	cmd.Flags().DurationVar(d, "stalled-after", envMinutes("OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES", ops.StalledAfterDefault),
-		"a lease held longer than this is stalled (env OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES, in minutes; default 10)")
+		"a lease held longer than this is stalled (env OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES, in minutes)")
 }
 
 // envMinutes reads a whole number of minutes from name, or def.

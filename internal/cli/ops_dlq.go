@@ -15,10 +15,6 @@ func newDLQCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "List and replay dead letters",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cmd.Help()
-		},
 	}
 	cmd.AddCommand(newDLQListCmd(g), newDLQReplayCmd(g))
 	return cmd
@@ -117,7 +113,7 @@ pgoutbox reconcile); asking for one by --id reports it and exits 1.`,
 	cmd.Flags().Int64SliceVar(&o.IDs, "id", nil, "replay this effect (repeatable, or comma-separated)")
 	cmd.Flags().BoolVar(&all, "all", false, "replay dead letters of every queue and type")
 	cmd.Flags().IntVar(&o.Limit, "limit", envInt("OUTBOX_REPLAY_BATCH_LIMIT", ops.ReplayBatchLimitDefault),
-		"replay at most this many (env OUTBOX_REPLAY_BATCH_LIMIT, default 100)")
+		"replay at most this many (env OUTBOX_REPLAY_BATCH_LIMIT)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be replayed; change nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

@@ -28,7 +28,7 @@ func writeDocs(w io.Writer, root *cobra.Command) error {
 	var b strings.Builder
 	b.WriteString("# pgoutbox command reference\n\n")
 	b.WriteString("<!-- Generated from the command tree by `pgoutbox docs`; do not edit. Regenerate with\n")
-	b.WriteString("     go test ./internal/cli -run TestCLIDocs -update -->\n\n")
+	b.WriteString("     go test ./internal/cli -run TestCLIDocs -update-docs -->\n\n")
 	b.WriteString("Exit codes: 0 ok, 1 could not run, 3 a check found a problem.\n\n")
 	fmt.Fprintf(&b, "Global flags (every command):\n\n```\n%s```\n", root.PersistentFlags().FlagUsages())
 	var walk func(c *cobra.Command)

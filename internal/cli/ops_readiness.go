@@ -16,10 +16,6 @@ func newReadinessCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "readiness",
 		Short: "Decide when to turn on a scale path",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cmd.Help()
-		},
 	}
 	cmd.AddCommand(newReadinessBrokerCmd(g))
 	return cmd
