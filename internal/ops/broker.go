@@ -54,13 +54,25 @@ const AllQueues = "(all queues)"
 // BrokerOptions configures [BrokerReadiness]. Zero fields take the defaults.
 type BrokerOptions struct {
 	// Queue restricts the evaluation to one queue (empty: all).
-	Queue        string
-	Window       time.Duration
-	Bucket       time.Duration
-	MinCoverage  float64
+	Queue string
+	// Window is how far back samples are read; default BrokerWindowDefault
+	// (15 min).
+	Window time.Duration
+	// Bucket is the unit a condition must hold in; default
+	// BrokerBucketDefault (1 min).
+	Bucket time.Duration
+	// MinCoverage is the share of the window's buckets that must hold
+	// samples; default BrokerMinCoverageDefault (0.8).
+	MinCoverage float64
+	// ClaimLatency is the claim-latency p99 trigger; default
+	// BrokerClaimLatencyDefault (250 ms).
 	ClaimLatency time.Duration
-	OldestAge    time.Duration
-	Throughput   float64
+	// OldestAge is the oldest-available-age trigger; default
+	// BrokerOldestAgeDefault (30 s).
+	OldestAge time.Duration
+	// Throughput is the completions-per-second trigger over all queues;
+	// default BrokerThroughputDefault (500).
+	Throughput float64
 }
 
 func (o BrokerOptions) withDefaults() BrokerOptions {
@@ -108,6 +120,8 @@ type TriggerResult struct {
 
 // BrokerReport is the broker-readiness answer.
 type BrokerReport struct {
+	// Decision is DecisionPostgreSQL, DecisionConsiderBroker or
+	// DecisionInsufficientSamples.
 	Decision string `json:"decision"`
 	// Reason is one sentence saying why.
 	Reason        string  `json:"reason"`
@@ -115,11 +129,13 @@ type BrokerReport struct {
 	BucketSeconds float64 `json:"bucket_seconds"`
 	// BucketsSampled counts the window's buckets holding any sample;
 	// BucketsRequired is the coverage needed to conclude.
-	BucketsSampled  int             `json:"buckets_sampled"`
-	BucketsRequired int             `json:"buckets_required"`
-	BucketsInWindow int             `json:"buckets_in_window"`
-	Samples         int             `json:"samples"`
-	Triggers        []TriggerResult `json:"triggers"`
+	BucketsSampled  int `json:"buckets_sampled"`
+	BucketsRequired int `json:"buckets_required"`
+	BucketsInWindow int `json:"buckets_in_window"`
+	// Samples counts the samples read; Triggers has one result per trigger
+	// and scope (none when samples are insufficient).
+	Samples  int             `json:"samples"`
+	Triggers []TriggerResult `json:"triggers"`
 }
 
 // BrokerReadiness reads the samples of the last window and evaluates the

@@ -98,6 +98,7 @@ type ReplayResult struct {
 
 // ReplayOptions selects the dead letters to replay.
 type ReplayOptions struct {
+	// Filter narrows the replay (default: every queue and type).
 	Filter Filter
 	// IDs, when set, restricts the replay to these effects.
 	IDs []int64

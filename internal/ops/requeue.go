@@ -13,6 +13,7 @@ import (
 
 // RequeueOptions selects the stalled leases to requeue.
 type RequeueOptions struct {
+	// Filter narrows the requeue (default: every queue and type).
 	Filter Filter
 	// StalledAfter is the lease age from which a lease is stalled; ≤ 0 means
 	// StalledAfterDefault.

@@ -27,6 +27,7 @@ const (
 
 // QueueCounters are one queue's cumulative counters in this process.
 type QueueCounters struct {
+	// Claims counts effects claimed; Completions those completed.
 	Claims      float64
 	Completions float64
 	// Failures counts deliveries that failed for transient reasons (retry,

@@ -22,7 +22,9 @@ const (
 // Filter narrows an operator command. Empty fields match everything; values
 // are compared literally.
 type Filter struct {
-	Queue      string `json:"queue,omitempty"`
+	// Queue matches one queue exactly.
+	Queue string `json:"queue,omitempty"`
+	// EffectType matches one effect type exactly.
 	EffectType string `json:"effect_type,omitempty"`
 }
 
@@ -30,6 +32,7 @@ func (f Filter) store() store.OpsFilter { return store.OpsFilter{Queue: f.Queue,
 
 // StatusOptions configures [Status].
 type StatusOptions struct {
+	// Filter narrows the snapshot (default: every queue and type).
 	Filter Filter
 	// StalledAfter defaults to StalledAfterDefault.
 	StalledAfter time.Duration
