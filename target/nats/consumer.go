@@ -339,7 +339,9 @@ func (q *consumerQueue) run(ctx context.Context) {
 		}
 	}()
 	defer close(stopped)
-	ch := make(chan jetstream.Msg)
+	// Messages queue up here while a take-over runs, so the next take-over
+	// takes them all in one statement.
+	ch := make(chan jetstream.Msg, q.cfg.Concurrency)
 	go q.feed(ctx, it, ch)
 	for m := range ch {
 		group := []jetstream.Msg{m}

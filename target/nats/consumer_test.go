@@ -68,8 +68,9 @@ func TestConsumerOutcomes(t *testing.T) {
 		{Queue: "q", Type: "unregistered", Key: "unregistered", MaxAttempts: 2},
 	}
 	ids := b.enqueue(t, effects...)
-	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q"}})
-	b.startConsumer(t, pgnats.ConsumerConfig{Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 4}}, Types: types})
+	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q"}, Retry: testPolicy})
+	b.startConsumer(t, pgnats.ConsumerConfig{Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 4}}, Types: types,
+		Retry: testPolicy, AckWait: time.Second})
 
 	want := map[string]struct {
 		state    string

@@ -146,9 +146,6 @@ func (b *bundle) expire(t testing.TB, ids ...int64) {
 
 func (b *bundle) startRelay(t testing.TB, cfg pgnats.RelayConfig) *pgnats.Relay {
 	t.Helper()
-	if cfg.Retry == (pgnats.RetryPolicy{}) {
-		cfg.Retry = testPolicy
-	}
 	r, err := pgnats.NewRelay(b.pool, b.js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -168,12 +165,6 @@ func (b *bundle) startRelay(t testing.TB, cfg pgnats.RelayConfig) *pgnats.Relay 
 
 func (b *bundle) startConsumer(t testing.TB, cfg pgnats.ConsumerConfig) *pgnats.Consumer {
 	t.Helper()
-	if cfg.Retry == (pgnats.RetryPolicy{}) {
-		cfg.Retry = testPolicy
-		if cfg.AckWait == 0 {
-			cfg.AckWait = time.Second
-		}
-	}
 	c, err := pgnats.NewConsumer(b.pool, b.js, cfg)
 	if err != nil {
 		t.Fatal(err)

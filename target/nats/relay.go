@@ -26,6 +26,10 @@ const (
 	// RelayBatchDefault is the most effects one relay claim takes and
 	// publishes before handing them over together.
 	RelayBatchDefault = 500
+	// RelayConcurrencyDefault is the number of batches of one queue in
+	// flight at once: claims, publishes and hand-overs of different batches
+	// overlap.
+	RelayConcurrencyDefault = 2
 	// RelayLeaseDefault is the relay's lease on a claimed batch: publishing
 	// and handing over must finish within it.
 	RelayLeaseDefault = 30 * time.Second
@@ -47,6 +51,9 @@ type RelayConfig struct {
 	Retry RetryPolicy
 	// Batch default RelayBatchDefault (500).
 	Batch int
+	// Concurrency default RelayConcurrencyDefault (2): relay loops per
+	// queue, each claiming its own batch (SKIP LOCKED).
+	Concurrency int
 	// Lease default RelayLeaseDefault (30 s).
 	Lease time.Duration
 	// PublishTimeout default PublishTimeoutDefault (10 s); below Lease.
@@ -107,6 +114,9 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 	if cfg.Batch == 0 {
 		cfg.Batch = RelayBatchDefault
 	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = RelayConcurrencyDefault
+	}
 	if cfg.Lease == 0 {
 		cfg.Lease = RelayLeaseDefault
 	}
@@ -120,8 +130,8 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
-	case cfg.Batch < 0:
-		return nil, errors.New("nats: RelayConfig.Batch must be positive")
+	case cfg.Batch < 0 || cfg.Concurrency < 0:
+		return nil, errors.New("nats: RelayConfig.Batch and RelayConfig.Concurrency must be positive")
 	case cfg.PublishTimeout >= cfg.Lease:
 		return nil, fmt.Errorf("nats: RelayConfig.PublishTimeout (%s) must be below RelayConfig.Lease (%s)", cfg.PublishTimeout, cfg.Lease)
 	}
@@ -172,8 +182,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	for _, q := range r.cfg.Queues {
-		r.wg.Add(1)
-		go r.loop(runCtx, q)
+		for range r.cfg.Concurrency {
+			r.wg.Add(1)
+			go r.loop(runCtx, q)
+		}
 	}
 	if !r.cfg.DisableListen {
 		r.wg.Add(1)
@@ -245,6 +257,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 	if err != nil || len(leases) == 0 {
 		return 0, err
 	}
+
 	// From here the batch is finished even when ctx ends: what was
 	// published is handed over.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease)
