@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgoutbox/pgoutbox/controlplane"
+)
+
+func init() { extraCommands = append(extraCommands, newReconcileCmd) }
+
+func newReconcileCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reconcile",
+		Short: "Resolve workflow dispatches whose outcome is unknown (reconciliation_required)",
+		Long: `A workflow dispatch is never sent twice automatically. When its outcome is unknown
+(timeout or reset after sending, 5xx, a crash after the start was recorded), it
+waits in reconciliation_required for an operator:
+
+  pgoutbox reconcile list                       what is waiting
+  pgoutbox reconcile inspect ID                 the workflow runs that may be it (changes nothing)
+  pgoutbox reconcile resolve ID --workflow-run-id N   the run exists: complete the record
+  pgoutbox reconcile supersede ID --reason TEXT       no run exists: dispatch a new attempt`,
+	}
+	var asJSON bool
+	var limit int
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dispatches in reconciliation_required",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, _, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			app, err := operatorControlPlane(pool, g, false)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			ps, err := app.ListPending(cmd.Context(), limit)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			if asJSON {
+				return writeJSON(g.stdout, ps)
+			}
+			if len(ps) == 0 {
+				fmt.Fprintln(g.stdout, "nothing to reconcile")
+				return nil
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTYPE\tREPOSITORY\tRELEASE RUN\tATTEMPT\tSTARTED\tLAST ERROR")
+			for _, p := range ps {
+				started := "-"
+				if p.DeliveryStartedAt != nil {
+					started = age(time.Since(*p.DeliveryStartedAt).Seconds()) + " ago"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.ID, p.Type, p.Dispatch.Repository,
+					p.Dispatch.ReleaseRunID, p.Dispatch.ExecutionAttemptID, started, truncate(p.LastError, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	list.Flags().IntVar(&limit, "limit", 100, "most records listed")
+
+	inspect := &cobra.Command{
+		Use:   "inspect ID",
+		Short: "List the workflow runs that may be this dispatch's; changes nothing",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			pool, _, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			app, err := operatorControlPlane(pool, g, true)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			in, err := app.Inspect(cmd.Context(), id)
+			if err != nil {
+				return reconcileErr(err)
+			}
+			if asJSON {
+				return writeJSON(g.stdout, in)
+			}
+			d := in.Pending.Dispatch
+			fmt.Fprintf(g.stdout, "dispatch %d: %s %s on %s, release run %d attempt %d\n", id, d.Repository, d.Workflow, d.Ref,
+				d.ReleaseRunID, d.ExecutionAttemptID)
+			fmt.Fprintf(g.stdout, "workflow runs created since %s (run name %q):\n", in.Since.UTC().Format(time.RFC3339),
+				controlplane.RunName(d.ReleaseRunID, d.ExecutionAttemptID))
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "\tRUN ID\tRUN NAME\tSTATUS\tCONCLUSION\tCREATED")
+			for _, c := range in.Candidates {
+				mark := ""
+				if c.Matches {
+					mark = "→"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", mark, c.WorkflowRunID, c.DisplayTitle, c.Status, c.Conclusion,
+					c.CreatedAt.UTC().Format(time.RFC3339))
+			}
+			_ = tw.Flush()
+			fmt.Fprintln(g.stdout, "next:", in.Suggestion)
+			return nil
+		},
+	}
+	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	var runID int64
+	resolve := &cobra.Command{
+		Use:   "resolve ID --workflow-run-id N",
+		Short: "The run exists: complete the record and advance the attempt",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			pool, _, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			app, err := operatorControlPlane(pool, g, false)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			if err := app.Resolve(cmd.Context(), id, runID); err != nil {
+				return reconcileErr(err)
+			}
+			fmt.Fprintf(g.stdout, "resolved %d: workflow run %d recorded, record completed\n", id, runID)
+			return nil
+		},
+	}
+	resolve.Flags().Int64Var(&runID, "workflow-run-id", 0, "the workflow run that the dispatch created (required)")
+	_ = resolve.MarkFlagRequired("workflow-run-id")
+
+	var reason string
+	supersede := &cobra.Command{
+		Use:   "supersede ID --reason TEXT",
+		Short: "No run exists: close the record and dispatch a new execution attempt",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			pool, _, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			app, err := operatorControlPlane(pool, g, false)
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			s, err := app.Supersede(cmd.Context(), id, reason)
+			if err != nil {
+				return reconcileErr(err)
+			}
+			fmt.Fprintf(g.stdout, "superseded %d: release run %d attempt %d (number %d) dispatched\n", id, s.ReleaseRunID,
+				s.ExecutionAttemptID, s.AttemptNumber)
+			return nil
+		},
+	}
+	supersede.Flags().StringVar(&reason, "reason", "", "why no run exists (required; recorded)")
+	_ = supersede.MarkFlagRequired("reason")
+
+	cmd.AddCommand(list, inspect, resolve, supersede)
+	return cmd
+}
+
+func reconcileErr(err error) error {
+	if errors.Is(err, controlplane.ErrNotFound) {
+		return &ExitError{Code: ExitCheckFailed, Err: err}
+	}
+	return &ExitError{Code: ExitCouldNotRun, Err: err}
+}
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("invalid id %q", s)}
+	}
+	return id, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
