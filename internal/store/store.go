@@ -372,11 +372,7 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), routed AS (
     SELECT e.id,
-        (CASE
-            WHEN e.delivery_started_at IS NOT NULL THEN 'reconciliation_required'
-            WHEN e.attempts >= e.max_attempts THEN 'dead_letter'
-            ELSE 'available'
-        END)::pgoutbox.effect_state AS next_state,
+        pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) AS next_state,
         e.lease_owner
     FROM pgoutbox.effects e JOIN expired USING (id)
 )
@@ -392,9 +388,10 @@ WHERE e.id = r.id AND e.state = 'leased'
 RETURNING e.id, e.queue, e.effect_type, e.state::text`
 
 // Sweep recovers up to limit leases that expired more than grace ago
-// (database clock): a started non-replay-safe effect goes to
-// reconciliation_required, an exhausted one to dead_letter, any other back to
-// available. Concurrent sweepers skip each other's rows, so each lease is
+// (database clock), routed by pgoutbox.recovered_state (migration 00002), the
+// one definition shared with requeue-stale: a started non-replay-safe effect
+// goes to reconciliation_required, an exhausted one to dead_letter, any other
+// back to available. Concurrent sweepers skip each other's rows, so each lease is
 // recovered once.
 func Sweep(ctx context.Context, db DBTX, limit int, grace time.Duration) ([]Rescued, error) {
 	rows, err := db.Query(ctx, sweepSQL, limit, grace.Seconds())
