@@ -16,10 +16,11 @@ import (
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/projection"
+	"github.com/pgoutbox/pgoutbox/target/sparql/sparqltest"
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func() error { return goleak.Find() })
+	pgtest.Main(m, sparqltest.Stop, func() error { return goleak.Find() })
 }
 
 const token = "test-api-token"
@@ -39,7 +40,7 @@ type bundle struct {
 func setup(t *testing.T, cfg projection.Config) *bundle {
 	t.Helper()
 	pool, _ := pgtest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	if cfg.APIToken == "" {
 		cfg.APIToken = token

@@ -98,18 +98,28 @@ func Start(tb testing.TB) *Server {
 	return shared
 }
 
+// Stop stops the process's Virtuoso (if started) and deletes its directory.
+// Use it as the first check of pgtest.Main; a server left running by a
+// crashed test process dies with it (parent-death signal) and its directory
+// is deleted by the next Start.
+func Stop() error {
+	mu.Lock()
+	defer mu.Unlock()
+	if shared == nil {
+		return nil
+	}
+	err := shared.stop()
+	shared = nil
+	return err
+}
+
 // Main runs the tests and stops the server afterwards; extra checks (goleak)
 // run after it is gone.
 func Main(m *testing.M, after ...func() error) {
 	code := m.Run()
-	mu.Lock()
-	if shared != nil {
-		if err := shared.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "sparqltest: stop:", err)
-		}
-		shared = nil
+	if err := Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "sparqltest: stop:", err)
 	}
-	mu.Unlock()
 	if code == 0 {
 		for _, f := range after {
 			if err := f(); err != nil {
@@ -182,8 +192,12 @@ func start() (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sweep()
 	dir, err := os.MkdirTemp("", "pgoutbox-virtuoso-")
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -267,6 +281,25 @@ func (s *Server) stop() error {
 		}
 	}
 	return os.RemoveAll(s.dir)
+}
+
+// sweep deletes the directories of servers whose test process is gone.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "pgoutbox-virtuoso-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if p, err := os.FindProcess(pid); err == nil && p.Signal(syscall.Signal(0)) == nil {
+			continue // still running
+		}
+		_ = os.RemoveAll(d)
+	}
 }
 
 func tailFile(path string) string {
