@@ -40,7 +40,9 @@ type ConsumerConfig struct {
 	// "jetstream-<hostname>-<pid>-<random>".
 	ID string
 	// Queues to consume, with their concurrency and delivery timeout
-	// (QueueConfig.ClaimBatch is not used: a pull takes the free slots).
+	// (default the smaller of pgoutbox.DeliveryTimeoutDefault and half the
+	// lease; QueueConfig.ClaimBatch is not used: a pull takes the free
+	// slots).
 	// Required; each must be one NATS subject token.
 	Queues map[string]pgoutbox.QueueConfig
 	// Types are the registered effect types: the same handlers as
@@ -55,7 +57,9 @@ type ConsumerConfig struct {
 	// consumer is named <Durable>-<queue>, shared by every process.
 	Durable string
 	// AckWait default AckWaitDefault (30 s); it must be below
-	// Retry.LeaseDuration, and every delivery timeout below it.
+	// Retry.LeaseDuration. A delivery may run longer than AckWait (up to its
+	// timeout, which must be below the lease): the consumer sends JetStream
+	// in-progress acks while it runs.
 	AckWait time.Duration
 	// MaxDeliver bounds JetStream deliveries of one message; default 4 ×
 	// Retry.MaxAttempts. Deliveries that are not attempts (a message that
@@ -195,11 +199,11 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 			qc.Concurrency = pgoutbox.ConcurrencyDefault
 		}
 		if qc.DeliveryTimeout == 0 {
-			qc.DeliveryTimeout = min(pgoutbox.DeliveryTimeoutDefault, cfg.AckWait/2)
+			qc.DeliveryTimeout = min(pgoutbox.DeliveryTimeoutDefault, cfg.Retry.LeaseDuration/2)
 		}
-		if qc.Concurrency < 0 || qc.DeliveryTimeout >= cfg.AckWait {
-			return nil, fmt.Errorf("nats: ConsumerConfig.Queues[%q]: Concurrency must be positive and DeliveryTimeout (%s) below AckWait (%s)",
-				name, qc.DeliveryTimeout, cfg.AckWait)
+		if qc.Concurrency < 0 || qc.DeliveryTimeout >= cfg.Retry.LeaseDuration {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Queues[%q]: Concurrency must be positive and DeliveryTimeout (%s) below Retry.LeaseDuration (%s)",
+				name, qc.DeliveryTimeout, cfg.Retry.LeaseDuration)
 		}
 		q := &consumerQueue{c: c, name: name, cfg: qc, slots: make(chan struct{}, qc.Concurrency), held: map[int64]*inflight{}}
 		for range qc.Concurrency {
@@ -208,8 +212,9 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 		c.queues = append(c.queues, q)
 	}
 	for _, t := range c.types {
-		if t.Timeout >= cfg.AckWait {
-			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q].Timeout (%s) must be below AckWait (%s)", t.Name, t.Timeout, cfg.AckWait)
+		if t.Timeout >= cfg.Retry.LeaseDuration {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q].Timeout (%s) must be below Retry.LeaseDuration (%s)",
+				t.Name, t.Timeout, cfg.Retry.LeaseDuration)
 		}
 	}
 	if cfg.Registerer != nil {

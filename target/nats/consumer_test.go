@@ -121,7 +121,7 @@ func TestConsumerConfigValidation(t *testing.T) {
 		"max deliver not above attempts": {Queues: map[string]pgoutbox.QueueConfig{"q": {}}, MaxDeliver: 8},
 		"queue not a subject token":      {Queues: map[string]pgoutbox.QueueConfig{"a.b": {}}},
 		"no queues":                      {},
-		"delivery timeout not below ack wait": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Minute}},
+		"delivery timeout not below lease": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Minute}},
 			Types: []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}}},
 	}
 	for name, cfg := range cases {

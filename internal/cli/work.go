@@ -1,0 +1,231 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/pgoutbox/pgoutbox"
+	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
+)
+
+func init() { extraCommands = append(extraCommands, newWorkCmd) }
+
+// natsFlags are work's broker settings (docs/scale-out.md).
+type natsFlags struct {
+	relay, from  string
+	url          string
+	stream       string
+	prefix       string
+	durable      string
+	relayQueues  []string
+	ackWait      time.Duration
+	maxAttempts  int
+	backoffCap   time.Duration
+	relayBatch   int
+	consumerConc int
+}
+
+func (n *natsFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&n.relay, "relay", envOr("OUTBOX_RELAY", ""),
+		`relay the --relay-queues to a broker instead of delivering them here: "nats" (env OUTBOX_RELAY)`)
+	f.StringVar(&n.from, "from", envOr("OUTBOX_CONSUME_FROM", ""),
+		`deliver the --relay-queues from a broker with this process's handlers: "nats" (env OUTBOX_CONSUME_FROM)`)
+	f.StringVar(&n.url, "nats-url", envOr("NATS_URL", natsgo.DefaultURL), "NATS server URL (env NATS_URL)")
+	f.StringSliceVar(&n.relayQueues, "relay-queues", splitList(envOr("OUTBOX_RELAY_QUEUES", "")),
+		"queues relayed through the broker (env OUTBOX_RELAY_QUEUES, comma-separated; default every queue of the started applications)")
+	f.StringVar(&n.stream, "nats-stream", envOr("NATS_STREAM", pgnats.StreamNameDefault),
+		"JetStream stream of relayed effects, created when missing (env NATS_STREAM)")
+	f.StringVar(&n.prefix, "nats-subject-prefix", envOr("NATS_SUBJECT_PREFIX", pgnats.SubjectPrefixDefault),
+		"subjects are <prefix>.<queue>.<effect_type> (env NATS_SUBJECT_PREFIX)")
+	f.StringVar(&n.durable, "nats-durable", envOr("NATS_DURABLE", pgnats.DurableDefault),
+		"durable consumers are named <durable>-<queue> (env NATS_DURABLE)")
+	f.DurationVar(&n.ackWait, "ack-wait", envDuration("NATS_ACK_WAIT", pgnats.AckWaitDefault),
+		"JetStream ack wait; below --lease (env NATS_ACK_WAIT)")
+	f.IntVar(&n.maxAttempts, "max-attempts", envInt("OUTBOX_MAX_ATTEMPTS", pgoutbox.MaxAttemptsDefault),
+		"the largest max_attempts of relayed effects, for the retry horizon (env OUTBOX_MAX_ATTEMPTS)")
+	f.DurationVar(&n.backoffCap, "backoff-cap", envDuration("OUTBOX_BACKOFF_CAP", pgoutbox.BackoffCapDefault),
+		"retry backoff cap (env OUTBOX_BACKOFF_CAP)")
+	f.IntVar(&n.relayBatch, "relay-batch", envInt("OUTBOX_RELAY_BATCH", pgnats.RelayBatchDefault),
+		"effects per relay claim (env OUTBOX_RELAY_BATCH)")
+	f.IntVar(&n.consumerConc, "consumer-concurrency", envInt("OUTBOX_CONSUMER_CONCURRENCY", 0),
+		"deliveries in flight per consumed queue (env OUTBOX_CONSUMER_CONCURRENCY; default the queue's concurrency)")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newWorkCmd(g *globals) *cobra.Command {
+	var eng engineFlags
+	var nf natsFlags
+	cmd := &cobra.Command{
+		Use:   "work",
+		Short: "Run the workers only (no HTTP); optionally relay queues to NATS JetStream or deliver them from it",
+		Long: `work runs the workers of every configured application, the sweeper and retention
+pruning, without the HTTP server. With --relay nats the --relay-queues are not
+delivered here but published to a JetStream stream (one message per effect,
+Nats-Msg-Id = idempotency key) and handed over; with --from nats this process
+delivers those queues from JetStream with the applications' handlers and
+records every outcome in PostgreSQL. Both may run in one process or in many.
+The stream is created when missing; work refuses to start when its duplicate
+window is shorter than the retry horizon. See docs/scale-out.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for flag, v := range map[string]string{"--relay": nf.relay, "--from": nf.from} {
+				if v != "" && v != "nats" {
+					return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("%s %q: the supported broker is nats", flag, v)}
+				}
+			}
+			return runWork(cmd.Context(), g, &eng, &nf)
+		},
+	}
+	eng.register(cmd)
+	nf.register(cmd)
+	return cmd
+}
+
+func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags) error {
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log := g.logger()
+	pool, _, err := g.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := eng.config(g, reg)
+	cfg.BackoffCap = nf.backoffCap
+	apps, err := buildApps(ctx, appDeps{g: g, pool: pool, log: log, reg: reg}, &cfg)
+	if err != nil {
+		return &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
+
+	broker := nf.relay != "" || nf.from != ""
+	var relay *pgnats.Relay
+	var consumer *pgnats.Consumer
+	if broker {
+		nc, err := natsgo.Connect(nf.url, natsgo.Name("pgoutbox work"), natsgo.MaxReconnects(-1))
+		if err != nil {
+			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("connect to NATS at %s: %w", nf.url, err)}
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return &ExitError{Code: ExitCouldNotRun, Err: err}
+		}
+		if !slices.ContainsFunc(cfg.Types, func(t pgoutbox.EffectType) bool { return t.Name == pgnats.PublishTypeName }) {
+			cfg.Types = append(cfg.Types, pgnats.PublishType(js))
+		}
+		queues := nf.relayQueues
+		if len(queues) == 0 {
+			queues = slices.Sorted(maps.Keys(cfg.Queues))
+		}
+		if len(queues) == 0 {
+			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("no queues to relay: set --relay-queues (no application with queues is configured)")}
+		}
+		// Relayed queues are not claimed in-process: the relay claims them,
+		// and consumers deliver them.
+		consumed := map[string]pgoutbox.QueueConfig{}
+		for _, q := range queues {
+			qc := cfg.Queues[q]
+			if nf.consumerConc > 0 {
+				qc.Concurrency = nf.consumerConc
+			}
+			qc.ClaimBatch = 0
+			if qc.DeliveryTimeout >= eng.lease {
+				qc.DeliveryTimeout = 0
+			}
+			consumed[q] = qc
+			delete(cfg.Queues, q)
+		}
+		policy := pgnats.RetryPolicy{MaxAttempts: nf.maxAttempts, BackoffCap: nf.backoffCap, LeaseDuration: eng.lease}
+		stream := pgnats.Stream{Name: nf.stream, SubjectPrefix: nf.prefix}
+		if nf.relay != "" {
+			relay, err = pgnats.NewRelay(pool, js, pgnats.RelayConfig{
+				Queues: queues, Stream: stream, Retry: policy, Batch: nf.relayBatch,
+				PollInterval: eng.poll, Logger: log, Registerer: reg,
+			})
+			if err == nil {
+				err = relay.Start(ctx)
+			}
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			defer stopWithin(eng.stopTimeout, relay.Stop)
+			fmt.Fprintf(g.stdout, "pgoutbox relaying %s to NATS stream %s at %s\n", strings.Join(queues, ", "), nf.stream, nf.url)
+		}
+		if nf.from != "" {
+			consumer, err = pgnats.NewConsumer(pool, js, pgnats.ConsumerConfig{
+				Queues: consumed, Types: cfg.Types, Stream: stream, Retry: policy, Durable: nf.durable,
+				AckWait: nf.ackWait, Logger: log, Registerer: reg,
+			})
+			if err == nil {
+				err = consumer.Start(ctx)
+			}
+			if err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			defer stopWithin(eng.stopTimeout, consumer.Stop)
+			fmt.Fprintf(g.stdout, "pgoutbox delivering %s from NATS stream %s at %s\n", strings.Join(queues, ", "), nf.stream, nf.url)
+		}
+	}
+
+	// The in-process client works the other queues and runs the sweeper,
+	// which also recovers relay and consumer leases.
+	client, err := pgoutbox.NewClient(pool, cfg)
+	if err != nil {
+		return &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
+	defer startOps(ctx, g, pool, reg, client.ID())()
+	if err := client.Start(ctx); err != nil {
+		return &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
+	defer stopWithin(eng.stopTimeout, client.Stop)
+	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer bgCancel()
+	for _, app := range apps {
+		if app.run != nil {
+			bg.Go(func() {
+				if err := app.run(bgCtx); err != nil {
+					log.Error("application component stopped", "app", app.name, "err", err)
+				}
+			})
+		}
+	}
+	fmt.Fprintf(g.stdout, "pgoutbox working %d in-process queues (Ctrl-C to stop)\n", len(cfg.Queues))
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+// stopWithin calls stop with a context bounded by d, logging nothing: each
+// component logs its own shutdown.
+func stopWithin(d time.Duration, stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_ = stop(ctx)
+}

@@ -1,0 +1,143 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/cli"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+// embeddedJetStream runs a NATS server with JetStream until the test ends
+// and returns its URL and a JetStream client.
+func embeddedJetStream(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(20 * time.Second) {
+		t.Fatal("NATS not ready")
+	}
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.ClientURL(), js
+}
+
+func TestWorkRefusesAShortDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDB(t)
+	url, js := embeddedJetStream(t)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PGOUTBOX", Subjects: []string{"pgoutbox.>"},
+		Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := run(t, "--database-url", dsn, "work", "--relay", "nats", "--nats-url", url, "--relay-queues", "q")
+	if code != cli.ExitCouldNotRun || !strings.Contains(errs, "duplicate window of 2m0s") || !strings.Contains(errs, "retry horizon") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the reason", code, errs)
+	}
+	if code, _, errs := run(t, "--database-url", dsn, "work", "--relay", "kafka"); code != cli.ExitCouldNotRun || !strings.Contains(errs, "nats") {
+		t.Fatalf("--relay kafka: exit %d, %q", code, errs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while work writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWorkRelaysToNATS(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewPool(t)
+	url, js := embeddedJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := pgoutbox.EnqueueBatch(ctx, tx, []pgoutbox.Effect{
+			{Queue: "q", Type: "nats.publish", Key: "a"}, {Queue: "q", Type: "nats.publish", Key: "b"},
+			{Queue: "q", Type: "nats.publish", Key: "c"},
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--relay", "nats", "--nats-url", url,
+			"--relay-queues", "q", "--sweep-interval", "1h"}, &out, &out)
+	}()
+	handedOver := func() int64 {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitUntil(t, ctx, func() bool { return handedOver() == 3 })
+	st, err := js.Stream(ctx, "PGOUTBOX")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs != 3 {
+		t.Fatalf("stream: %v %+v", err, info)
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("work exited %d: %s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "relaying q to NATS stream PGOUTBOX") {
+		t.Fatalf("work output: %q", out.String())
+	}
+}
+
+func waitUntil(t *testing.T, ctx context.Context, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("timed out")
+		}
+	}
+}
+
