@@ -60,7 +60,8 @@ func ClaimRelay(ctx context.Context, db DBTX, queue, owner string, limit int, le
 
 const handOverSQL = `
 UPDATE pgoutbox.effects e
-SET lease_owner = $4, lease_token = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => $5)
+SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
+    lease_expires_at = now() + make_interval(secs => $5)
 FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
 WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
 RETURNING e.id`
@@ -68,7 +69,8 @@ RETURNING e.id`
 // HandOver records, fenced and in one statement, that the relay's effects
 // were accepted by the broker: each stays leased, now owned by owner (the
 // hand-off marker) under a fresh token the relay does not know, until
-// now()+lease. It returns the ids handed over; a missing id was taken over
+// now()+lease; leased_at restarts, so an effect no consumer takes shows as a
+// stalled lease. It returns the ids handed over; a missing id was taken over
 // (or recovered) before the hand-over committed.
 func HandOver(ctx context.Context, db DBTX, fences []Fence, owner string, lease time.Duration) (map[int64]bool, error) {
 	ids, toks, types := fenceArrays(fences)
@@ -106,8 +108,8 @@ func Release(ctx context.Context, db DBTX, f Fence, delay time.Duration, reason 
 
 const handBackSQL = `
 UPDATE pgoutbox.effects
-SET lease_owner = $4, lease_token = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => $5),
-    delivery_started_at = NULL, last_error = left($6, 2000)
+SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
+    lease_expires_at = now() + make_interval(secs => $5), delivery_started_at = NULL, last_error = left($6, 2000)
 WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3`
 
 // HandBack records, fenced, that a consumer's attempt failed with nothing

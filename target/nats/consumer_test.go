@@ -130,3 +130,62 @@ func TestConsumerConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// A message's last JetStream delivery is never left pending: a retry is
+// then scheduled in PostgreSQL, the relay finds the old message consumed and
+// publishes the effect again under a derived message id, until attempts run
+// out.
+func TestLastDeliveryFallsBackToPostgres(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var seen calls
+	policy := pgnats.RetryPolicy{MaxAttempts: 1, BackoffCap: 50 * time.Millisecond, LeaseDuration: 3 * time.Second}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "flaky", Key: "k", MaxAttempts: 5})
+	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q"}, Retry: policy, PollInterval: 20 * time.Millisecond})
+	b.startConsumer(t, pgnats.ConsumerConfig{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {}}, Retry: policy, AckWait: time.Second, MaxDeliver: 2,
+		Types: []pgoutbox.EffectType{{Name: "flaky", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			seen.add(d.Key)
+			return pgoutbox.Retry(errors.New("503"))
+		}}},
+	})
+	b.waitFor(t, "the effect dead-lettered", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'dead_letter'`) == 1
+	})
+	if n := b.scalar(t, `SELECT attempts FROM pgoutbox.effects WHERE id = $1`, ids[0]); n != 5 || seen.get("k") != 5 {
+		t.Fatalf("%d attempts, %d deliveries; want 5 and 5", n, seen.get("k"))
+	}
+	// Two deliveries per message: messages 1 and 2 ended on their last
+	// delivery, message 3 carried attempt 5.
+	b.waitFor(t, "the stream to be drained", func() bool {
+		msgs, _ := b.streamState(t, pgnats.StreamNameDefault)
+		return msgs == 0
+	})
+	if _, last := b.streamState(t, pgnats.StreamNameDefault); last != 3 {
+		t.Fatalf("%d messages stored, want 3", last)
+	}
+}
+
+func TestRelayPublishFailureReleasesWithoutCountingAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q"}, Retry: testPolicy, PollInterval: 20 * time.Millisecond})
+	if err := b.js.DeleteStream(b.ctx, pgnats.StreamNameDefault); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "noop", Key: "k"})
+	b.waitFor(t, "the failed publish recorded", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'available'
+			AND last_error LIKE 'relay publish failed%'`, ids[0]) == 1
+	})
+	if n := b.scalar(t, `SELECT attempts FROM pgoutbox.effects WHERE id = $1`, ids[0]); n != 0 {
+		t.Fatalf("a failed publish counted %d attempts", n)
+	}
+	// Once the stream is back, the effect is relayed.
+	if _, err := pgnats.EnsureStream(b.ctx, b.js, pgnats.Stream{}, testPolicy, []string{"q"}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the effect handed over", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner) == 1
+	})
+}
