@@ -100,6 +100,21 @@ func (a *App) Routes(m httpx.Mux) {
 	m.Handle("GET /api/records/{id}", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.getRecord)))
 	m.Handle("GET /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.searchRecords)))
 	m.Handle("POST /api/import", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postImport)))
-	m.Handle("GET /api/cron/outbox", httpx.RequireBearer(a.cfg.CronSecret, "CRON_SECRET", http.HandlerFunc(a.cron)))
+	m.Handle("GET /api/cron/outbox", a.requireCronSecret(http.HandlerFunc(a.cron)))
 	m.Handle("GET /workers", http.HandlerFunc(a.workers))
+}
+
+// requireCronSecret checks "Authorization: Bearer $CRON_SECRET" (SHA-256
+// digests compared in constant time) and answers 401 with WWW-Authenticate:
+// Bearer to anything else, including every call while CRON_SECRET is unset.
+func (a *App) requireCronSecret(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := httpx.BearerToken(r)
+		if !ok || !httpx.TokenMatches(got, a.cfg.CronSecret) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pgoutbox"`)
+			httpx.Error(w, http.StatusUnauthorized, "missing or invalid bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

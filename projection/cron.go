@@ -55,9 +55,8 @@ func (a *App) targetOn(name string) bool {
 }
 
 // cron runs one bounded projection cycle for a platform scheduler (every 5
-// minutes). Routes wraps it in the bearer check (CRON_SECRET, SHA-256
-// digests compared in constant time; 401 with WWW-Authenticate: Bearer),
-// which runs before anything else. It claims nothing unless METAMUSEUM_OUTBOX_CRON_ENABLED=1
+// minutes). Routes wraps it in requireCronSecret, which runs before
+// anything else. It claims nothing unless METAMUSEUM_OUTBOX_CRON_ENABLED=1
 // and a target is on, so it is safe to deploy while disabled.
 func (a *App) cron(w http.ResponseWriter, r *http.Request) {
 	resp := CronResponse{Limit: a.cfg.CronLimit, Targets: a.Targets()}

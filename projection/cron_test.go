@@ -65,10 +65,16 @@ func TestCronAuthAndDisabled(t *testing.T) {
 		t.Fatal("no target, yet a queue or type to register")
 	}
 
-	// Unset secret: not configured, nothing claimed.
-	unset := setup(t, projection.Config{CronEnabled: true})
-	if code, _, _ := unset.cron(t, "Bearer "); code != http.StatusServiceUnavailable && code != http.StatusUnauthorized {
-		t.Fatalf("unset secret: %d", code)
+	// Unset secret: nothing can authenticate; 401, nothing claimed.
+	unset, _ := setupSolr(t, projection.Config{CronEnabled: true})
+	unset.importN(t, 1, "Unset")
+	for _, auth := range []string{"", "Bearer ", "Bearer x"} {
+		if code, _, _ := unset.cron(t, auth); code != http.StatusUnauthorized {
+			t.Fatalf("unset secret, auth %q: %d", auth, code)
+		}
+	}
+	if n := unset.claimed(t); n != 0 {
+		t.Fatalf("%d claimed with CRON_SECRET unset", n)
 	}
 }
 
