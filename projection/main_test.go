@@ -147,17 +147,3 @@ func (b *bundle) startClient(t *testing.T) *pgoutbox.Client {
 	})
 	return c
 }
-
-// waitFor polls the database until cond holds or the test's deadline.
-func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-b.ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
