@@ -134,9 +134,12 @@ func (l *Lease) HandBack(ctx context.Context, db DB, lease time.Duration, herr e
 // idempotency key (all three must match the row), and the lease token of the
 // relay that published it.
 type Handoff struct {
-	ID         int64
-	Type       string
-	Key        string
+	// ID, Type and Key must all match the effect's row.
+	ID   int64
+	Type string
+	Key  string
+	// RelayToken is the lease token (Delivery.LeaseToken) of the relay's
+	// claim under which the message was published.
 	RelayToken string
 }
 
@@ -168,6 +171,7 @@ const (
 
 // TakeOverResult is the outcome of one Handoff.
 type TakeOverResult struct {
+	// Action is what was done.
 	Action TakeOverAction
 	// Lease is set when Action is TakenOver.
 	Lease *Lease

@@ -140,4 +140,3 @@ func waitUntil(t *testing.T, ctx context.Context, cond func() bool) {
 		}
 	}
 }
-

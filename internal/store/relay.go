@@ -126,9 +126,11 @@ func HandBack(ctx context.Context, db DBTX, f Fence, owner string, lease time.Du
 
 // TakeOverReq names the effect a broker message carries.
 type TakeOverReq struct {
-	ID         int64
-	Type       string
-	Key        string
+	// ID, Type and Key must all match the row.
+	ID   int64
+	Type string
+	Key  string
+	// RelayToken is the relay's claim token carried by the message.
 	RelayToken uuid.UUID // the relay's claim token carried by the message; uuid.Nil if unknown
 }
 
@@ -144,8 +146,10 @@ const (
 
 // TakeOverRes is the outcome of one TakeOverReq.
 type TakeOverRes struct {
+	// Action is one of the Take* constants.
 	Action string
-	State  string
+	// State is the row's state after the statement.
+	State string
 	// Claimed is set when Action is TakeTaken.
 	Claimed Claimed
 	// Wait is how long until a busy effect may be taken (its lease expires

@@ -223,14 +223,21 @@ func checkSubjectTail(s string) error {
 // the effect over and deliver it. PostgreSQL stays authoritative; the
 // consumer reads the attempt count from it at take-over.
 type Envelope struct {
-	EffectID    int64           `json:"effect_id"`
-	Queue       string          `json:"queue"`
-	Type        string          `json:"type"`
-	Key         string          `json:"key"`
-	Payload     json.RawMessage `json:"payload"`
-	Attempts    int             `json:"attempts"`
-	MaxAttempts int             `json:"max_attempts"`
-	CreatedAt   time.Time       `json:"created_at"`
+	// EffectID, Queue, Type and Key identify the effect; a take-over
+	// matches id, type and key.
+	EffectID int64  `json:"effect_id"`
+	Queue    string `json:"queue"`
+	Type     string `json:"type"`
+	Key      string `json:"key"`
+	// Payload is the effect's JSON payload.
+	Payload json.RawMessage `json:"payload"`
+	// Attempts is the number of deliveries made before the relay published
+	// it; the take-over counts the next one.
+	Attempts int `json:"attempts"`
+	// MaxAttempts is the effect's max_attempts.
+	MaxAttempts int `json:"max_attempts"`
+	// CreatedAt is when the enqueuing transaction wrote the effect.
+	CreatedAt time.Time `json:"created_at"`
 	// RelayToken is the lease token of the relay that published the
 	// message: a consumer may take the effect over with it before the
 	// relay's hand-over commits.
