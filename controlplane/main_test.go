@@ -20,6 +20,7 @@ import (
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
+	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -30,15 +31,12 @@ func TestMain(m *testing.M) {
 // secret is a canary: it must never appear in a table or a log line.
 const secret = "whsec-canary-5f1c2a9e"
 
-// corpusDir is GitHub's published webhook payloads, beside the repository.
+// corpusDir is GitHub's published webhook payloads (see fakegh.PayloadsDir).
 func corpusDir(t testing.TB) string {
 	t.Helper()
-	dir, err := filepath.Abs("../../shared/testdata/github-webhooks")
+	dir, err := fakegh.PayloadsDir()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("webhook corpus not found at %s: %v", dir, err)
 	}
 	return dir
 }

@@ -1,7 +1,6 @@
 package github
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,14 @@ import (
 // JSON file per action or variant (octokit/webhooks, MIT licence).
 const PayloadsRelDir = "../shared/testdata/github-webhooks"
 
+// PayloadsEnv names an environment variable that, when set, is the corpus
+// folder (for checkouts that do not sit beside shared/).
+const PayloadsEnv = "PGOUTBOX_WEBHOOK_CORPUS"
+
+// PayloadsSharedDir is the corpus's place on the team's machines, tried
+// after the module-relative path (a clean checkout elsewhere, e.g. CI).
+const PayloadsSharedDir = "/work/shared/testdata/github-webhooks"
+
 // Payload is one example webhook payload.
 type Payload struct {
 	// Event is the X-GitHub-Event name (the folder's name).
@@ -24,34 +31,41 @@ type Payload struct {
 	Body []byte
 }
 
-// PayloadsDir locates the example payload folder: PayloadsRelDir from the
-// module root, found by walking up from the working directory (a test's
-// working directory is its package's folder) to the directory holding
-// go.mod. It fails, rather than letting tests skip, when the folder is
-// absent.
+// PayloadsDir locates the example payload folder: $PGOUTBOX_WEBHOOK_CORPUS
+// when set, else PayloadsRelDir from the module root (found by walking up
+// from the working directory to the directory holding go.mod), else
+// PayloadsSharedDir. It fails, rather than letting tests skip, when none
+// exists.
 func PayloadsDir() (string, error) {
+	var candidates []string
+	if env := os.Getenv(PayloadsEnv); env != "" {
+		candidates = append(candidates, env)
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			candidates = append(candidates, filepath.Clean(filepath.Join(dir, filepath.FromSlash(PayloadsRelDir))))
 			break
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("fakes/github: no go.mod above the working directory")
+			break
 		}
 		dir = parent
 	}
-	payloads := filepath.Clean(filepath.Join(dir, filepath.FromSlash(PayloadsRelDir)))
-	if fi, err := os.Stat(payloads); err != nil || !fi.IsDir() {
-		return "", fmt.Errorf("fakes/github: webhook payload corpus not found at %s (expected %s next to the module root)", payloads, PayloadsRelDir)
+	candidates = append(candidates, PayloadsSharedDir)
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			return c, nil
+		}
 	}
-	return payloads, nil
+	return "", fmt.Errorf("fakes/github: webhook payload corpus not found (looked in %s; set %s)",
+		strings.Join(candidates, ", "), PayloadsEnv)
 }
 
-// Payloads reads every example payload, sorted by event and file name.
 func Payloads() ([]Payload, error) {
 	root, err := PayloadsDir()
 	if err != nil {
