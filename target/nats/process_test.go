@@ -73,12 +73,11 @@ func childMain() int {
 	switch os.Getenv(childEnv) {
 	case "relay":
 		hangAt, _ := strconv.Atoi(os.Getenv(childArg))
-		batches := 0
+		var batches atomic.Int64
 		r, err := pgnats.NewRelay(pool, js, pgnats.RelayConfig{
-			ID: "relay-child", Queues: []string{"q"}, Retry: testPolicy, Batch: killRelayBatch,
+			ID: "relay-child", Queues: []string{"q"}, Retry: testPolicy, Batch: killRelayBatch, Concurrency: 1,
 			AfterPublish: func(acked int) {
-				batches++
-				if batches == hangAt {
+				if batches.Add(1) == int64(hangAt) {
 					fmt.Printf("acked %d\n", acked)
 					select {} // until SIGKILL: published, not handed over
 				}
