@@ -58,12 +58,23 @@ func ClaimRelay(ctx context.Context, db DBTX, queue, owner string, limit int, le
 	return out, MapError(rows.Err())
 }
 
+// handOverSQL locks each fenced row by primary key (LATERAL: one index
+// lookup per effect, whatever the statistics say), then updates exactly those
+// rows: the cost is per batch, never per leased row.
 const handOverSQL = `
+WITH fenced AS (
+    SELECT x.id
+    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        FOR UPDATE
+    ) x
+)
 UPDATE pgoutbox.effects e
 SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $5)
-FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
-WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
 RETURNING e.id`
 
 // HandOver records, fenced and in one statement, that the relay's effects
@@ -162,11 +173,16 @@ WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[])
         WITH ORDINALITY AS t(id, effect_type, idempotency_key, relay_token, ord)
 ), locked AS (
+    -- One primary-key lookup per message (LATERAL), whatever the table's
+    -- statistics say.
     SELECT e.id, e.state, e.attempts, e.max_attempts, e.lease_owner, e.lease_token, e.lease_expires_at,
         e.available_at, e.delivery_started_at, i.relay_token
-    FROM pgoutbox.effects e
-    JOIN input i ON i.id = e.id AND i.effect_type = e.effect_type AND i.idempotency_key = e.idempotency_key
-    FOR UPDATE OF e SKIP LOCKED
+    FROM input i
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgoutbox.effects x
+        WHERE x.id = i.id AND x.effect_type = i.effect_type AND x.idempotency_key = i.idempotency_key
+        FOR UPDATE SKIP LOCKED
+    ) e
 ), decided AS (
     SELECT l.id,
         (CASE
@@ -199,6 +215,7 @@ WITH input AS (
             ELSE e.last_error END
     FROM decided d
     WHERE e.id = d.id AND d.action IN ('taken', 'reconcile', 'exhausted')
+        AND e.id = ANY(ARRAY(SELECT id FROM decided))
     RETURNING e.id, e.state::text AS state, e.lease_token, e.attempts, e.max_attempts, e.queue, e.payload,
         e.created_at
 )
@@ -210,7 +227,11 @@ SELECT i.id,
 FROM input i
 LEFT JOIN decided d ON d.id = i.id
 LEFT JOIN upd u ON u.id = i.id
-LEFT JOIN pgoutbox.effects ex ON ex.id = i.id AND ex.effect_type = i.effect_type AND ex.idempotency_key = i.idempotency_key
+LEFT JOIN LATERAL (
+    SELECT x.id, x.state FROM pgoutbox.effects x
+    WHERE x.id = i.id AND x.effect_type = i.effect_type AND x.idempotency_key = i.idempotency_key
+    LIMIT 1
+) ex ON true
 ORDER BY i.ord`
 
 // TakeOver gives owner, in one statement, a lease of lease on each effect
