@@ -6,15 +6,20 @@ PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/pgoutbox/pgoutbox/internal/cli.Version=$(VERSION)
 
-.PHONY: demo test test-short build lint fmt vet staticcheck clean
+.PHONY: demo test test-deps test-short build lint fmt vet staticcheck clean
 
 ## demo: the whole system with GitHub and Solr emulators, on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
 demo: build
+	./scripts/test-deps postgres
 	./bin/pgoutbox demo
 
-## test: vet, then every test against a real PostgreSQL
-test: vet
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+## test: install missing test dependencies (Debian), vet, then every test against a real PostgreSQL
+test: test-deps vet
+	$(GO) test -count=1 -timeout 45m $(PKGS)
+
+## test-deps: PostgreSQL binaries, Virtuoso, Chromium and promtool, when missing (apt-get)
+test-deps:
+	./scripts/test-deps
 
 ## test-short: the quick tests (skips the 100,000-effect drains)
 test-short:

@@ -17,7 +17,7 @@ func newReadinessCmd(g *globals) *cobra.Command {
 		Use:   "readiness",
 		Short: "Decide when to turn on a scale path",
 	}
-	cmd.AddCommand(newReadinessBrokerCmd(g))
+	cmd.AddCommand(newReadinessBrokerCmd(g), newReadinessProjectionCmd(g))
 	return cmd
 }
 
