@@ -1,0 +1,162 @@
+package pgoutbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// credentialOracle decodes raw independently of findCredentialKey (into
+// maps, which keep every key name even when a key repeats) and reports
+// whether any object key at any depth is a credential key.
+func credentialOracle(raw []byte) (bool, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return false, err
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if IsCredentialKey(k) || walk(e) {
+					return true
+				}
+			}
+		case []any:
+			for _, e := range x {
+				if walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v), nil
+}
+
+// seedWebhookPayloads adds GitHub's published webhook payloads (beside the
+// repository, when present) that fit in an effect.
+func seedWebhookPayloads(f *testing.F, limit int) {
+	files, _ := filepath.Glob("../shared/testdata/github-webhooks/*/*.json")
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil && len(b) <= limit {
+			f.Add(b)
+		}
+	}
+}
+
+// FuzzPayloadCredentialGuard checks Enqueue's payload validation (prepare)
+// against an independent decoder: a payload with a credential-looking key
+// at any depth is refused with *CredentialKeyError, one without is
+// accepted, invalid JSON and oversize payloads get their own typed errors,
+// and an accepted payload is stored byte for byte.
+func FuzzPayloadCredentialGuard(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `[]`, `null`, `{"a":1}`, `{"token":"x"}`, `{"a":{"b":[{"apiKey":1}]}}`,
+		`{"":"x","token":"s3cr3t"}`, `{"":"token"}`, `{"a":"","password":"p"}`,
+		`{"private_key":null}`, `{"x":[1,"token",{"y":{}}],"z":{"Authorization":"Bearer"}}`,
+		`{"a":1,"a":{"secret":2}}`, `"token"`, `[{"cookie":1}]`, `{"PRIVATE_KEY":1}`, `{"pass word":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	seedWebhookPayloads(f, 8<<10)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ne, err := prepare(Effect{Queue: "q", Type: "t", Key: "k", Payload: json.RawMessage(raw)})
+		switch {
+		case len(raw) > MaxPayloadBytes:
+			if !errors.Is(err, ErrPayloadTooLarge) {
+				t.Fatalf("%d-byte payload: %v, want ErrPayloadTooLarge", len(raw), err)
+			}
+			return
+		case !json.Valid(raw):
+			if !errors.Is(err, ErrInvalidEffect) {
+				t.Fatalf("invalid JSON %q: %v, want ErrInvalidEffect", raw, err)
+			}
+			return
+		}
+		cred, oerr := credentialOracle(raw)
+		if oerr != nil {
+			t.Fatalf("json.Valid accepted %q but decoding failed: %v", raw, oerr)
+		}
+		if cred {
+			if !errors.Is(err, ErrCredentialKey) {
+				t.Fatalf("payload %q carries a credential key, but prepare returned %v", raw, err)
+			}
+			var ce *CredentialKeyError
+			if !errors.As(err, &ce) || !strings.HasPrefix(ce.Path, "$") {
+				t.Fatalf("credential error %v has no $-path", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("payload %q has no credential key, but prepare returned %v", raw, err)
+		}
+		if !bytes.Equal(ne.Payload, raw) {
+			t.Fatalf("payload changed: %q → %q", raw, ne.Payload)
+		}
+	})
+}
+
+// FuzzIsCredentialKey checks properties of the key classifier: it never
+// panics; adding a separated word before or after a credential key keeps it
+// a credential key; and a key made of lower-case ASCII letters, digits, '_'
+// and '-' is classified the same in SCREAMING_SNAKE case.
+func FuzzIsCredentialKey(f *testing.F) {
+	for _, s := range []string{
+		"token", "accessToken", "access_token", "X-Api-Key", "apikey", "APIKey", "private_key",
+		"privateKey", "PRIVATE-KEY", "client_secret", "passwd", "Authorization", "cookie", "tokenizer",
+		"secretary", "keys", "api", "", "_", "ÄÖ", "aPIKey", "JWTToken", "sessionCookieName",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		got := IsCredentialKey(key)
+		if got {
+			for _, k := range []string{"x_" + key, key + "_x", "x-" + key, key + ".x"} {
+				if !IsCredentialKey(k) {
+					t.Fatalf("IsCredentialKey(%q) is true but IsCredentialKey(%q) is false", key, k)
+				}
+			}
+		}
+		ascii := true
+		for _, r := range key {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+				ascii = false
+				break
+			}
+		}
+		if ascii && IsCredentialKey(strings.ToUpper(key)) != got {
+			t.Fatalf("IsCredentialKey(%q) = %v but IsCredentialKey(%q) = %v", key, got, strings.ToUpper(key), !got)
+		}
+	})
+}
+
+// TestCredentialKeyAfterEmptyKey is the regression case FuzzPayloadCredentialGuard
+// seeds: findCredentialKey marks "expecting a key" with an empty frame.key, so
+// after the key "" the next string is misread. {"":"x","token":"…"} is
+// accepted (the value "x" is taken for a key, then "token" for a value) and
+// {"":"token"} is refused for a key it does not have.
+func TestCredentialKeyAfterEmptyKey(t *testing.T) {
+	for _, tc := range []struct {
+		payload string
+		refuse  bool
+	}{
+		{`{"":"x","token":"s3cr3t"}`, true},
+		{`{"":1,"password":"p"}`, true},
+		{`{"":{},"apiKey":"k"}`, true},
+		{`{"":"token"}`, false},
+		{`{"":"x","y":"z"}`, false},
+	} {
+		_, err := prepare(Effect{Queue: "q", Type: "t", Key: "k", Payload: json.RawMessage(tc.payload)})
+		if got := errors.Is(err, ErrCredentialKey); got != tc.refuse {
+			t.Errorf("payload %s: refused as a credential = %v (err %v), want %v", tc.payload, got, err, tc.refuse)
+		}
+	}
+}
