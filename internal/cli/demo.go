@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,6 +109,10 @@ Ctrl-C (or exits with --exit-when-done).`,
 				return &ExitError{Code: ExitCheckFailed, Err: storyErr}
 			}
 			if !exitWhenDone {
+				if env, err := d.GitHubEnv(logDir); err == nil {
+					fmt.Fprintf(out, "\nThe GitHub emulator runs as long as the demo does; to inspect the reconciliation record:\n  export %s\n",
+						strings.Join(env, " "))
+				}
 				fmt.Fprintf(out, "\nStill serving on %s — Ctrl-C to stop.\n", d.URL())
 				if err := d.Serve(ctx); err != nil {
 					closeDemo()

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,4 +263,19 @@ func (d *Demo) scalar(ctx context.Context, sql string, args ...any) (int64, erro
 	var n int64
 	err := d.o.Pool.QueryRow(ctx, sql, args...).Scan(&n)
 	return n, err
+}
+
+// GitHubEnv writes the emulator's (throwaway) App key into dir and returns
+// the environment that points `pgoutbox reconcile inspect` at the running
+// emulator.
+func (d *Demo) GitHubEnv(dir string) ([]string, error) {
+	path := filepath.Join(dir, "demo-github-app.pem")
+	if err := os.WriteFile(path, d.gh.AppPrivateKeyPEM(), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{
+		"GITHUB_API_URL=" + d.gh.URL(),
+		"GITHUB_APP_ID=" + d.gh.AppID(),
+		"GITHUB_APP_PRIVATE_KEY_FILE=" + path,
+	}, nil
 }

@@ -248,3 +248,28 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestDynamicFieldTypesAreChecked(t *testing.T) {
+	t.Parallel()
+	s := solr.New(solr.Options{Cores: []string{"c"}})
+	defer s.Close()
+	post := func(body string) int {
+		resp, err := http.Post(s.URL()+"/c/update?commitWithin=1000", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(`[{"id":"ok","year_i":1999,"price_f":"2.5","seen_b":true,"at_dt":"2026-01-02T03:04:05Z"}]`); code != 200 {
+		t.Fatalf("valid typed fields: %d", code)
+	}
+	for _, bad := range []string{`{"id":"a","year_i":"nineteen"}`, `{"id":"b","flag_b":"yes"}`, `{"id":"c","at_dt":"yesterday"}`, `{"id":"d","n_l":1.5}`} {
+		if code := post("[" + bad + "]"); code != 400 {
+			t.Errorf("%s: %d, want 400", bad, code)
+		}
+	}
+	if s.Doc("c", "a") != nil {
+		t.Fatal("a refused document was stored")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -195,6 +196,11 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 				solrError(w, http.StatusBadRequest, "Invalid _version_ for document "+id)
 				return
 			}
+			if msg := checkDynamicFields(id, cmd.doc); msg != "" {
+				s.recordDocsLocked(r, docs)
+				solrError(w, http.StatusBadRequest, msg)
+				return
+			}
 			existing := c.live[id]
 			var actual int64
 			if len(existing) > 0 {
@@ -250,4 +256,65 @@ func dueAt(now time.Time, commitWithin time.Duration) time.Time {
 		return time.Time{}
 	}
 	return now.Add(commitWithin)
+}
+
+// dynamicTypes are the typed dynamic fields of Solr's _default configset:
+// a value that does not parse as the suffix's type is refused with 400, as
+// Solr does ("Error adding field").
+var dynamicTypes = []struct {
+	suffix string
+	ok     func(any) bool
+}{
+	{"_dt", func(v any) bool { s, ok := v.(string); _, err := time.Parse(time.RFC3339, s); return ok && err == nil }},
+	{"_i", isInteger}, {"_l", isInteger},
+	{"_f", isNumber}, {"_d", isNumber},
+	{"_b", func(v any) bool { _, ok := v.(bool); return ok }},
+}
+
+func isNumber(v any) bool {
+	switch x := v.(type) {
+	case float64, json.Number:
+		return true
+	case string:
+		_, err := strconv.ParseFloat(x, 64)
+		return err == nil
+	}
+	return false
+}
+
+func isInteger(v any) bool {
+	switch x := v.(type) {
+	case float64:
+		return x == float64(int64(x))
+	case json.Number:
+		_, err := x.Int64()
+		return err == nil
+	case string:
+		_, err := strconv.ParseInt(x, 10, 64)
+		return err == nil
+	}
+	return false
+}
+
+// checkDynamicFields returns Solr's error for the first field whose value
+// does not fit its dynamic-field type, or "".
+func checkDynamicFields(id string, d doc) string {
+	for name, v := range d {
+		for _, dt := range dynamicTypes {
+			if !strings.HasSuffix(name, dt.suffix) {
+				continue
+			}
+			vals, multi := v.([]any)
+			if !multi {
+				vals = []any{v}
+			}
+			for _, one := range vals {
+				if !dt.ok(one) {
+					return fmt.Sprintf("ERROR: [doc=%s] Error adding field '%s'='%v' msg=For input string: \"%v\"", id, name, one, one)
+				}
+			}
+			break
+		}
+	}
+	return ""
 }
