@@ -132,3 +132,38 @@ Ctrl-C (or exits with --exit-when-done).`,
 	f.IntVar(&records, "records", demo.RecordsDefault, "records in the generated import")
 	return cmd
 }
+
+func init() { extraCommands = append(extraCommands, newEmbeddedCmd) }
+
+// newEmbeddedCmd manages the embedded PostgreSQL that serve and demo start
+// when DATABASE_URL is unset (it keeps running between runs, for reuse).
+func newEmbeddedCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "embedded",
+		Short: "Stop or delete the embedded PostgreSQL under --data-dir",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "stop",
+		Short: "Stop the embedded PostgreSQL (the next serve or demo starts it again)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if err := pgtest.StopLocal(g.dataDir); err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			fmt.Fprintf(g.stdout, "stopped the embedded PostgreSQL at %s\n", g.dataDir)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "reset",
+		Short: "Stop the embedded PostgreSQL and delete its data",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if err := pgtest.ResetLocal(g.dataDir); err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			fmt.Fprintf(g.stdout, "deleted the embedded PostgreSQL at %s\n", g.dataDir)
+			return nil
+		},
+	})
+	return cmd
+}
