@@ -131,16 +131,19 @@ func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags
 			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("connect to NATS at %s: %w", nf.url, err)}
 		}
 		defer nc.Close()
-		js, err := jetstream.New(nc)
+		queues := nf.relayQueues
+		if len(queues) == 0 {
+			queues = slices.Sorted(maps.Keys(cfg.Queues))
+		}
+		// Every relay loop publishes a whole batch before it waits for the
+		// acks: let them all be in flight.
+		inflight := max(4000, 2*nf.relayBatch*pgnats.RelayConcurrencyDefault*len(queues))
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(inflight))
 		if err != nil {
 			return &ExitError{Code: ExitCouldNotRun, Err: err}
 		}
 		if !slices.ContainsFunc(cfg.Types, func(t pgoutbox.EffectType) bool { return t.Name == pgnats.PublishTypeName }) {
 			cfg.Types = append(cfg.Types, pgnats.PublishType(js))
-		}
-		queues := nf.relayQueues
-		if len(queues) == 0 {
-			queues = slices.Sorted(maps.Keys(cfg.Queues))
 		}
 		if len(queues) == 0 {
 			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("no queues to relay: set --relay-queues (no application with queues is configured)")}

@@ -140,3 +140,54 @@ func waitUntil(t *testing.T, ctx context.Context, cond func() bool) {
 		}
 	}
 }
+
+// work --relay nats --from nats delivers relayed effects with the registered
+// handlers: here nats.publish, which work registers itself.
+func TestWorkRelaysAndConsumes(t *testing.T) {
+	t.Parallel()
+	pool, dsn := pgtest.NewPool(t)
+	url, js := embeddedJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	events, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"events.>"}, Duplicates: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, k := range []string{"a", "b", "c"} {
+			if _, err := pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{Queue: "q", Type: "nats.publish", Key: k,
+				Payload: map[string]any{"subject": "events." + k, "data": map[string]string{"k": k}}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--relay", "nats", "--from", "nats",
+			"--nats-url", url, "--relay-queues", "q"}, &out, &out)
+	}()
+	waitUntil(t, ctx, func() bool {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND attempts = 1`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 3
+	})
+	info, err := events.Info(ctx)
+	if err != nil || info.State.Msgs != 3 {
+		t.Fatalf("EVENTS stream: %v %+v", err, info)
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("work exited %d: %s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "delivering q from NATS stream PGOUTBOX") {
+		t.Fatalf("work output: %q", out.String())
+	}
+}

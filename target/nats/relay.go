@@ -49,7 +49,11 @@ type RelayConfig struct {
 	// Retry is the consumers' retry policy; its horizon is the hand-over
 	// lease and the least duplicate window the stream may have.
 	Retry RetryPolicy
-	// Batch default RelayBatchDefault (500).
+	// Batch default RelayBatchDefault (500). Batch × Concurrency × the
+	// number of queues should stay below the JetStream client's limit of
+	// async publishes in flight (jetstream.WithPublishAsyncMaxPending, 4,000
+	// by default): beyond it publishes stall, fail, and are released to be
+	// relayed again.
 	Batch int
 	// Concurrency default RelayConcurrencyDefault (2): relay loops per
 	// queue, each claiming its own batch (SKIP LOCKED).
