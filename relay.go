@@ -239,13 +239,14 @@ func TakeOver(ctx context.Context, db DB, handoffs []Handoff, owner string, leas
 }
 
 // CompleteLeases marks the leases' effects completed in one fenced statement
-// (a group commit) and returns the ids completed; a missing id had lost its
+// (a group commit; each row is found by primary key, so the cost does not
+// grow with the number of leased effects) and returns the ids completed; a missing id had lost its
 // lease and nothing was written for it.
 func CompleteLeases(ctx context.Context, db DB, leases []*Lease) (map[int64]bool, error) {
 	if len(leases) == 0 {
 		return map[int64]bool{}, nil
 	}
-	done, err := store.Complete(ctx, db, fencesOf(leases))
+	done, err := store.CompleteByKey(ctx, db, fencesOf(leases))
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: complete: %w", err)
 	}
@@ -262,7 +263,7 @@ func ExtendLeases(ctx context.Context, db DB, leases []*Lease, d time.Duration) 
 	if len(leases) == 0 {
 		return map[int64]bool{}, nil
 	}
-	kept, err := store.Extend(ctx, db, fencesOf(leases), d)
+	kept, err := store.ExtendByKey(ctx, db, fencesOf(leases), d)
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: extend: %w", err)
 	}
