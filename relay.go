@@ -389,7 +389,7 @@ func (l *Lease) completeIn(ctx context.Context, pool *pgxpool.Pool, job TxHandle
 		return txFailed(fmt.Errorf("begin completion: %w", err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }()
-	done, err := store.Complete(tctx, tx, []store.Fence{l.fence})
+	done, err := store.CompleteByKey(tctx, tx, []store.Fence{l.fence})
 	if err != nil {
 		return txFailed(fmt.Errorf("complete: %w", err))
 	}
