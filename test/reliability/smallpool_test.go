@@ -170,12 +170,19 @@ func TestPoolOfTwoConcurrencySixteen(t *testing.T) {
 	if dups != 0 || outcomes[string(pgoutbox.OutcomeSuccess)] != int(total) {
 		t.Errorf("%d duplicate deliveries, outcomes %v; want %d successes and no duplicate", dups, outcomes, total)
 	}
+	waitMean := float64(stat.EmptyAcquireWaitTime().Microseconds()) / 1000 / float64(max(1, stat.EmptyAcquireCount()))
 	report(t, "8 pool of 2, concurrency 16", figures{
-		"effects": total, "drain_s": round(drain.Seconds()), "effects_per_s": round(float64(total) / drain.Seconds()),
-		"max_client_backends": maxBackends, "pool_max_conns": 2, "concurrency": 16,
-		"pool_acquires": stat.AcquireCount(), "pool_acquires_that_waited": stat.EmptyAcquireCount(),
-		"pool_mean_acquire_wait_ms": round(float64(stat.EmptyAcquireWaitTime().Microseconds()) / 1000 / float64(max(1, stat.EmptyAcquireCount()))),
-		"outcomes": outcomes, "duplicates": dups,
+		"effects":                   total,
+		"drain_s":                   round(drain.Seconds()),
+		"effects_per_s":             round(float64(total) / drain.Seconds()),
+		"max_client_backends":       maxBackends,
+		"pool_max_conns":            2,
+		"concurrency":               16,
+		"pool_acquires":             stat.AcquireCount(),
+		"pool_acquires_that_waited": stat.EmptyAcquireCount(),
+		"pool_mean_acquire_wait_ms": round(waitMean),
+		"outcomes":                  outcomes,
+		"duplicates":                dups,
 	})
 }
 
