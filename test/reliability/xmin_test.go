@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -83,6 +84,7 @@ func TestLongTransactionUnderLoad(t *testing.T) {
 		perTick = 10 // effects enqueued every 100 ms: 100/s
 	)
 	ctx := timeout(t, hold+5*time.Minute)
+	bin := buildBinary(t, t.TempDir())
 	cl := pgtest.NewCluster(t)
 	d := clusterDB(t, cl)
 	dir := t.TempDir()
@@ -197,12 +199,19 @@ func TestLongTransactionUnderLoad(t *testing.T) {
 	heldFrom := time.Now()
 	every("held", hold-window)
 	_, blockedByHolder := vacuum(t, ctx, d.dsn)
+	binFiring, binCode := alertCheck(t, bin, d.dsn, thresholds.XminMaxAge)
+	if !binFiring || binCode != 3 {
+		t.Errorf("pgoutbox alert check during the hold: %s firing %v, exit %d; want firing and exit 3", ops.RuleXminAge, binFiring, binCode)
+	}
 	every("held", time.Until(heldFrom.Add(hold)))
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	heldFor := time.Since(heldFrom)
 	removedAfter, notRemovableAfter := vacuum(t, ctx, d.dsn)
+	if firing, _ := alertCheck(t, bin, d.dsn, thresholds.XminMaxAge); firing {
+		t.Errorf("pgoutbox alert check after the hold: %s still firing", ops.RuleXminAge)
+	}
 	every("after", cool)
 	stopLoad()
 	load.Wait()
@@ -262,10 +271,30 @@ func TestLongTransactionUnderLoad(t *testing.T) {
 		"hold_s": round(heldFor.Seconds()), "rows_seen_by_holder": seen, "load_per_s": perTick * 10,
 		"produced": produced, "xmin_alert_threshold_s": thresholds.XminMaxAge.Seconds(),
 		"xmin_alert_fired_while_held": firedWhileHeld, "xmin_alert_fired_after": firedAfter,
+		"binary_alert_check_exit_while_held":    binCode,
 		"vacuum_during_hold_dead_not_removable": blockedByHolder,
 		"vacuum_after_hold_removed":             removedAfter, "vacuum_after_hold_dead_not_removable": notRemovableAfter,
 		"max_n_dead_tup_while_held":   maxDead,
 		"claim_p99_ms_max_while_held": maxOf(heldP99), "claim_p99_ms_max_otherwise": maxOf(otherP99),
 		"samples": samples,
 	})
+}
+
+// alertCheck runs `pgoutbox alert check --json --fail-on-alert` with the
+// xmin-age threshold and reports whether that rule fired, and the exit code.
+func alertCheck(t *testing.T, bin, dsn string, xmin time.Duration) (bool, int) {
+	t.Helper()
+	stdout, stderr, code := cli(t, bin, baseEnv(map[string]string{"DATABASE_URL": dsn}),
+		"alert", "check", "--json", "--fail-on-alert", "--xmin-max-age", xmin.String())
+	var rep ops.AlertReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("alert check --json: %v\nstdout %s\nstderr %s", err, stdout, stderr)
+	}
+	for _, r := range rep.Rules {
+		if r.Rule == ops.RuleXminAge {
+			return r.Firing, code
+		}
+	}
+	t.Fatalf("alert check --json has no %s rule: %s", ops.RuleXminAge, stdout)
+	return false, code
 }
