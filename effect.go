@@ -218,9 +218,10 @@ func findCredentialKey(raw []byte) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	type frame struct {
-		object bool
-		key    string
-		index  int
+		object  bool
+		haveKey bool // an object's key was read; its value comes next
+		key     string
+		index   int
 	}
 	var stack []frame
 	path := func() string {
@@ -235,14 +236,14 @@ func findCredentialKey(raw []byte) (string, bool) {
 		}
 		return b.String()
 	}
-	expectKey := func() bool { return len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].key == "" }
+	// afterValue moves the enclosing container past one value.
 	afterValue := func() {
 		if len(stack) == 0 {
 			return
 		}
 		top := &stack[len(stack)-1]
 		if top.object {
-			top.key = ""
+			top.haveKey, top.key = false, ""
 		} else {
 			top.index++
 		}
@@ -264,8 +265,8 @@ func findCredentialKey(raw []byte) (string, bool) {
 				afterValue()
 			}
 		case string:
-			if expectKey() {
-				stack[len(stack)-1].key = t
+			if top := len(stack) - 1; top >= 0 && stack[top].object && !stack[top].haveKey {
+				stack[top].haveKey, stack[top].key = true, t
 				if IsCredentialKey(t) {
 					return path(), true
 				}

@@ -246,7 +246,7 @@ func CompleteLeases(ctx context.Context, db DB, leases []*Lease) (map[int64]bool
 	if len(leases) == 0 {
 		return map[int64]bool{}, nil
 	}
-	done, err := store.CompleteByKey(ctx, db, fencesOf(leases))
+	done, err := store.Complete(ctx, db, fencesOf(leases))
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: complete: %w", err)
 	}
@@ -263,7 +263,7 @@ func ExtendLeases(ctx context.Context, db DB, leases []*Lease, d time.Duration) 
 	if len(leases) == 0 {
 		return map[int64]bool{}, nil
 	}
-	kept, err := store.ExtendByKey(ctx, db, fencesOf(leases), d)
+	kept, err := store.Extend(ctx, db, fencesOf(leases), d)
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: extend: %w", err)
 	}
@@ -389,7 +389,7 @@ func (l *Lease) completeIn(ctx context.Context, pool *pgxpool.Pool, job TxHandle
 		return txFailed(fmt.Errorf("begin completion: %w", err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }()
-	done, err := store.CompleteByKey(tctx, tx, []store.Fence{l.fence})
+	done, err := store.Complete(tctx, tx, []store.Fence{l.fence})
 	if err != nil {
 		return txFailed(fmt.Errorf("complete: %w", err))
 	}

@@ -61,16 +61,7 @@ func ClaimRelay(ctx context.Context, db DBTX, queue, owner string, limit int, le
 // handOverSQL locks each fenced row by primary key (LATERAL: one index
 // lookup per effect, whatever the statistics say), then updates exactly those
 // rows: the cost is per batch, never per leased row.
-const handOverSQL = `
-WITH fenced AS (
-    SELECT x.id
-    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
-    CROSS JOIN LATERAL (
-        SELECT e.id FROM pgoutbox.effects e
-        WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
-        FOR UPDATE
-    ) x
-)
+const handOverSQL = fencedSQL + `
 UPDATE pgoutbox.effects e
 SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $5)
@@ -282,75 +273,3 @@ func TakeOver(ctx context.Context, db DBTX, reqs []TakeOverReq, handoff, owner s
 	return out, nil
 }
 
-// completeByKeySQL is completeSQL with the fenced rows locked by primary key
-// first (see handOverSQL): many handed-over effects are leased, and a join
-// on the lease index would visit every one of them.
-const completeByKeySQL = `
-WITH fenced AS (
-    SELECT x.id
-    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
-    CROSS JOIN LATERAL (
-        SELECT e.id FROM pgoutbox.effects e
-        WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
-        FOR UPDATE
-    ) x
-)
-UPDATE pgoutbox.effects e
-SET state = 'completed', completed_at = now(), lease_token = NULL, lease_expires_at = NULL, last_error = NULL
-WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
-RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8`
-
-// CompleteByKey is Complete for broker consumers: the same fenced
-// transition, with each row found by primary key.
-func CompleteByKey(ctx context.Context, db DBTX, fences []Fence) (Completed, error) {
-	ids, toks, types := fenceArrays(fences)
-	rows, err := db.Query(ctx, completeByKeySQL, ids, toks, types)
-	if err != nil {
-		return nil, MapError(err)
-	}
-	defer rows.Close()
-	out := make(Completed, len(fences))
-	for rows.Next() {
-		var id int64
-		var lag float64
-		if err := rows.Scan(&id, &lag); err != nil {
-			return nil, err
-		}
-		out[id] = time.Duration(lag * float64(time.Second))
-	}
-	return out, MapError(rows.Err())
-}
-
-const extendByKeySQL = `
-WITH fenced AS (
-    SELECT x.id
-    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
-    CROSS JOIN LATERAL (
-        SELECT e.id FROM pgoutbox.effects e
-        WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
-        FOR UPDATE
-    ) x
-)
-UPDATE pgoutbox.effects e
-SET lease_expires_at = now() + make_interval(secs => $4)
-WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
-RETURNING e.id`
-
-// ExtendByKey is Extend for broker consumers, with each row found by
-// primary key.
-func ExtendByKey(ctx context.Context, db DBTX, fences []Fence, lease time.Duration) (map[int64]bool, error) {
-	ids, toks, types := fenceArrays(fences)
-	rows, err := db.Query(ctx, extendByKeySQL, ids, toks, types, lease.Seconds())
-	if err != nil {
-		return nil, MapError(err)
-	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, MapError(err)
-	}
-	out := make(map[int64]bool, len(held))
-	for _, id := range held {
-		out[id] = true
-	}
-	return out, nil
-}

@@ -226,11 +226,24 @@ func fenceArrays(fs []Fence) ([]int64, []uuid.UUID, []string) {
 	return ids, toks, types
 }
 
-const completeSQL = `
+// fencedSQL locks each fenced row by primary key (one index probe per
+// fence, whatever the statistics say about the lease index) and keeps the
+// rows whose lease still matches. $1, $2, $3: ids, tokens, effect types.
+const fencedSQL = `
+WITH fenced AS (
+    SELECT x.id
+    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        FOR UPDATE
+    ) x
+)`
+
+const completeSQL = fencedSQL + `
 UPDATE pgoutbox.effects e
 SET state = 'completed', completed_at = now(), lease_token = NULL, lease_expires_at = NULL, last_error = NULL
-FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
-WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
 RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8`
 
 // Completed maps the id of each effect that was completed to its lag
@@ -329,11 +342,10 @@ func MarkStarted(ctx context.Context, db DBTX, f Fence) (found bool, err error) 
 	return tag.RowsAffected() == 1, nil
 }
 
-const extendSQL = `
+const extendSQL = fencedSQL + `
 UPDATE pgoutbox.effects e
 SET lease_expires_at = now() + make_interval(secs => $4)
-FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
-WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
 RETURNING e.id`
 
 // Extend pushes the leases of in-flight effects to now()+lease in one
