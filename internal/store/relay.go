@@ -272,4 +272,3 @@ func TakeOver(ctx context.Context, db DBTX, reqs []TakeOverReq, handoff, owner s
 	}
 	return out, nil
 }
-
