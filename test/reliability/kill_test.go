@@ -124,6 +124,16 @@ func TestSIGKILLWorkersDuringDrain(t *testing.T) {
 	if len(outside) > 0 {
 		t.Errorf("%d effects were delivered more than once without having been in flight in a killed worker: %v", len(outside), outside[:min(10, len(outside))])
 	}
+	// Reconciliation only for dispatches a killed process held.
+	notHeld := 0
+	for id, st := range l.stateByID {
+		if st == "reconciliation_required" && !inFlight[id] {
+			notHeld++
+		}
+	}
+	if notHeld > 0 {
+		t.Errorf("%d effects in reconciliation_required that no killed worker held", notHeld)
+	}
 	if l.States["dead_letter"] != 0 {
 		t.Errorf("%d dead letters; no effect should exhaust its attempts", l.States["dead_letter"])
 	}

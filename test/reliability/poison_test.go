@@ -53,7 +53,9 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 		return time.Since(t0), d, want, dir, ws
 	}
 
-	clean, _, _, _, cw := drain(false)
+	// Clean, poisoned, clean again: the clean time is the mean of the two,
+	// which evens out a machine that warms up or gets busier.
+	clean1, _, _, _, cw := drain(false)
 	for _, w := range cw {
 		w.stop(t, ctx)
 	}
@@ -70,6 +72,11 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 	for _, w := range ws {
 		w.stop(t, ctx)
 	}
+	clean2, _, _, _, cw := drain(false)
+	for _, w := range cw {
+		w.stop(t, ctx)
+	}
+	clean := (clean1 + clean2) / 2
 	calls, torn := readCalls(t, dir)
 	l := account(t, ctx, d, want, calls, torn)
 	l.check(t)
@@ -83,6 +90,17 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 	}
 	if l.SafeDuplicates != poisonCalls-1 {
 		t.Errorf("%d duplicate calls; only the poison's retries were expected (%d)", l.SafeDuplicates, poisonCalls-1)
+		for _, id := range l.dupIDs[:min(5, len(l.dupIDs))] {
+			if id == poisonID {
+				continue
+			}
+			for _, c := range l.callsByID[id] {
+				t.Logf("effect %d: attempt %d token %s by %s at %s", id, c.attempt, c.token, c.file, c.at.Format("15:04:05.000000"))
+			}
+		}
+		for _, w := range ws {
+			t.Logf("log of %s:\n%s", w.spec.Owner, tail(w.spec.LogFile, 20))
+		}
 	}
 	if l.States["completed"] != total || l.States["dead_letter"] != 1 {
 		t.Errorf("states %v, want %d completed and 1 dead letter", l.States, total)
@@ -116,6 +134,7 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 	}
 	f := l.figures()
 	f["clean_drain_s"] = round(clean.Seconds())
+	f["clean_drain_runs_s"] = []float64{round(clean1.Seconds()), round(clean2.Seconds())}
 	f["poisoned_drain_s"] = round(poisoned.Seconds())
 	f["slowdown_pct"] = round(100 * (poisoned.Seconds() - clean.Seconds()) / clean.Seconds())
 	f["poison_attempts"] = attempts
