@@ -14,9 +14,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -218,9 +220,15 @@ type Fence struct {
 	Type  string
 }
 
+// fenceArrays spreads fences into the statement's arrays, in id order:
+// every multi-row fenced statement (complete, extend, hand-over) then locks
+// its rows in the same order, so two of them never deadlock on the rows
+// they share (an extension racing a group commit).
 func fenceArrays(fs []Fence) ([]int64, []uuid.UUID, []string) {
+	sorted := slices.Clone(fs)
+	slices.SortFunc(sorted, func(a, b Fence) int { return cmp.Compare(a.ID, b.ID) })
 	ids, toks, types := make([]int64, len(fs)), make([]uuid.UUID, len(fs)), make([]string, len(fs))
-	for i, f := range fs {
+	for i, f := range sorted {
 		ids[i], toks[i], types[i] = f.ID, f.Token, f.Type
 	}
 	return ids, toks, types
@@ -232,7 +240,7 @@ func fenceArrays(fs []Fence) ([]int64, []uuid.UUID, []string) {
 const fencedSQL = `
 WITH fenced AS (
     SELECT x.id
-    FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS f(id, token, effect_type)
+    FROM (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id) f
     CROSS JOIN LATERAL (
         SELECT e.id FROM pgoutbox.effects e
         WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
