@@ -257,8 +257,19 @@ func TestLongTransactionUnderLoad(t *testing.T) {
 	if blockedByHolder == 0 {
 		t.Errorf("VACUUM during the hold found no dead-but-not-removable tuple; the held snapshot had no effect")
 	}
-	if removedAfter < blockedByHolder/2 {
-		t.Errorf("VACUUM after the hold removed %d tuples, fewer than half of the %d it could not remove during it", removedAfter, blockedByHolder)
+	// Once the snapshot is gone, VACUUM (ours, or autovacuum before it) can
+	// remove what the hold kept: almost nothing stays dead-but-not-removable
+	// and the dead tuples fall well below their peak.
+	if notRemovableAfter*10 > blockedByHolder {
+		t.Errorf("VACUUM after the hold still found %d dead tuples it could not remove (%d during the hold)", notRemovableAfter, blockedByHolder)
+	}
+	for _, s := range samples {
+		if s.Phase == "after" {
+			if s.DeadTuples*2 > maxDead {
+				t.Errorf("%d dead tuples %.0f s after the hold ended, more than half the peak of %d", s.DeadTuples, s.At, maxDead)
+			}
+			break
+		}
 	}
 	maxOf := func(xs []float64) float64 {
 		m := 0.0
@@ -268,15 +279,21 @@ func TestLongTransactionUnderLoad(t *testing.T) {
 		return round(m)
 	}
 	report(t, "7 REPEATABLE READ transaction held open", figures{
-		"hold_s": round(heldFor.Seconds()), "rows_seen_by_holder": seen, "load_per_s": perTick * 10,
-		"produced": produced, "xmin_alert_threshold_s": thresholds.XminMaxAge.Seconds(),
-		"xmin_alert_fired_while_held": firedWhileHeld, "xmin_alert_fired_after": firedAfter,
+		"hold_s":                                round(heldFor.Seconds()),
+		"rows_seen_by_holder":                   seen,
+		"load_per_s":                            perTick * 10,
+		"produced":                              produced,
+		"xmin_alert_threshold_s":                thresholds.XminMaxAge.Seconds(),
+		"xmin_alert_fired_while_held":           firedWhileHeld,
+		"xmin_alert_fired_after":                firedAfter,
 		"binary_alert_check_exit_while_held":    binCode,
 		"vacuum_during_hold_dead_not_removable": blockedByHolder,
-		"vacuum_after_hold_removed":             removedAfter, "vacuum_after_hold_dead_not_removable": notRemovableAfter,
-		"max_n_dead_tup_while_held":   maxDead,
-		"claim_p99_ms_max_while_held": maxOf(heldP99), "claim_p99_ms_max_otherwise": maxOf(otherP99),
-		"samples": samples,
+		"vacuum_after_hold_removed":             removedAfter,
+		"vacuum_after_hold_dead_not_removable":  notRemovableAfter,
+		"max_n_dead_tup_while_held":             maxDead,
+		"claim_p99_ms_max_while_held":           maxOf(heldP99),
+		"claim_p99_ms_max_otherwise":            maxOf(otherP99),
+		"samples":                               samples,
 	})
 }
 
