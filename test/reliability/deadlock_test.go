@@ -14,16 +14,17 @@ import (
 	"github.com/pgoutbox/pgoutbox"
 )
 
-// TestExtendAndGroupCommitDoNotDeadlock reproduces a deadlock found by
-// scenario 5: the lease extender's UPDATE (store.Extend, every in-flight
-// lease of the client in Go map order) and the group committer's UPDATE
-// (store.Complete, a batch in arrival order) lock overlapping rows in
-// different orders. PostgreSQL aborts one of them with 40P01. When it aborts
-// the completion, the delivered effect keeps its lease until it expires:
-// a replay-safe effect is delivered again, and a non-replay-safe one goes to
-// reconciliation_required although its delivery succeeded.
+// TestExtendAndGroupCommitDoNotDeadlock is the regression test of a
+// deadlock scenario 5 found: the lease extender's UPDATE (store.Extend, every
+// in-flight lease of the client, in Go map order) and the group committer's
+// UPDATE (store.Complete, a batch in arrival order) locked overlapping rows
+// in different orders, and PostgreSQL aborted one of them with 40P01. An
+// aborted completion left the delivered effect leased until it expired: a
+// replay-safe effect was delivered again, a non-replay-safe one went to
+// reconciliation_required although its delivery had succeeded. Fixed in
+// 3b3d0a7 (fenced multi-row statements lock rows in id order).
 //
-// The client here makes the overlap frequent (many deliveries in flight, a
+// The client here makes the overlap frequent (64 deliveries in flight, a
 // short lease so the extender runs every 400 ms); the test fails on any
 // deadlock, recovered lease or duplicate delivery under a live worker.
 func TestExtendAndGroupCommitDoNotDeadlock(t *testing.T) {
@@ -116,5 +117,5 @@ func TestExtendAndGroupCommitDoNotDeadlock(t *testing.T) {
 	f["deadlock_log_lines"] = deadlocks
 	f["leases_recovered_by_sweeper"] = rescued
 	f["drain_s"] = round(drain.Seconds())
-	report(t, "extender vs group commit deadlock (engine bug)", f)
+	report(t, "extender vs group commit (deadlock regression)", f)
 }
