@@ -27,9 +27,6 @@ ON CONFLICT (id) DO UPDATE SET
 INSERT INTO control_plane.installations (id, account_login, state) VALUES ($1, $2, 'active')
 ON CONFLICT (id) DO NOTHING`
 
-	sqlSetInstallationState = `
-UPDATE control_plane.installations SET state = $2, updated_at = now() WHERE id = $1`
-
 	sqlTouchInstallation = `
 UPDATE control_plane.installations SET updated_at = now() WHERE id = $1`
 
