@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/httpx"
@@ -67,4 +69,55 @@ func buildApps(ctx context.Context, d appDeps, cfg *pgoutbox.Config) ([]*applica
 		d.log.Info("application started", "name", app.name, "queues", len(app.queues), "effect_types", len(app.types))
 	}
 	return apps, nil
+}
+
+// runComponents starts the applications' background components; the
+// returned function cancels them and waits for them to return.
+func runComponents(ctx context.Context, apps []*application, log *slog.Logger) (stop func()) {
+	bgCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	for _, app := range apps {
+		if app.run != nil {
+			bg.Go(func() {
+				if err := app.run(bgCtx); err != nil {
+					log.Error("application component stopped", "app", app.name, "err", err)
+				}
+			})
+		}
+	}
+	return func() { cancel(); bg.Wait() }
+}
+
+// engine is what serve and work share: the database, the metrics registry
+// (with the Go and process collectors), the engine's configuration and the
+// applications merged into it.
+type engine struct {
+	pool *pgxpool.Pool
+	reg  *prometheus.Registry
+	cfg  pgoutbox.Config
+	apps []*application
+	log  *slog.Logger
+}
+
+// openEngine opens (and migrates) the database and builds the applications;
+// adjust, when set, edits the configuration before the applications join it.
+// Close the pool when done.
+func (g *globals) openEngine(ctx context.Context, eng *engineFlags, adjust func(*pgoutbox.Config)) (*engine, error) {
+	e := &engine{log: g.logger(), reg: prometheus.NewRegistry()}
+	pool, _, err := g.open(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	e.pool = pool
+	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e.cfg = eng.config(g, e.reg)
+	if adjust != nil {
+		adjust(&e.cfg)
+	}
+	e.apps, err = buildApps(ctx, appDeps{g: g, pool: pool, log: e.log, reg: e.reg}, &e.cfg)
+	if err != nil {
+		pool.Close()
+		return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
+	return e, nil
 }

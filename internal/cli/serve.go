@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
@@ -61,20 +59,12 @@ func newServeCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			log := g.logger()
-			pool, _, err := g.open(ctx, true)
+			e, err := g.openEngine(ctx, &eng, nil)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			cfg := eng.config(g, reg)
-			apps, err := buildApps(ctx, appDeps{g: g, pool: pool, log: log, reg: reg}, &cfg)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
+			defer e.pool.Close()
+			log, pool, reg, cfg, apps := e.log, e.pool, e.reg, e.cfg, e.apps
 			client, err := pgoutbox.NewClient(pool, cfg)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
@@ -94,17 +84,7 @@ func newServeCmd(g *globals) *cobra.Command {
 				_ = ln.Close()
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
-			bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
-			var bg sync.WaitGroup
-			for _, app := range apps {
-				if app.run != nil {
-					bg.Go(func() {
-						if err := app.run(bgCtx); err != nil {
-							log.Error("application component stopped", "app", app.name, "err", err)
-						}
-					})
-				}
-			}
+			stopComponents := runComponents(ctx, apps, log)
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
 			srv.SetReady(true)
@@ -123,8 +103,7 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err := client.Stop(sctx); err != nil {
 				log.Warn("worker shutdown", "err", err)
 			}
-			bgCancel()
-			bg.Wait()
+			stopComponents()
 			if serveErr != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: serveErr}
 			}

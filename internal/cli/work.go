@@ -7,14 +7,11 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
@@ -107,20 +104,12 @@ window is shorter than the retry horizon. See docs/scale-out.md.`,
 func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags) error {
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	log := g.logger()
-	pool, _, err := g.open(ctx, true)
+	e, err := g.openEngine(ctx, eng, func(cfg *pgoutbox.Config) { cfg.BackoffCap = nf.backoffCap })
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := eng.config(g, reg)
-	cfg.BackoffCap = nf.backoffCap
-	apps, err := buildApps(ctx, appDeps{g: g, pool: pool, log: log, reg: reg}, &cfg)
-	if err != nil {
-		return &ExitError{Code: ExitCouldNotRun, Err: err}
-	}
+	defer e.pool.Close()
+	log, pool, reg, cfg, apps := e.log, e.pool, e.reg, e.cfg, e.apps
 
 	broker := nf.relay != "" || nf.from != ""
 	var relay *pgnats.Relay
@@ -206,19 +195,7 @@ func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags
 		return &ExitError{Code: ExitCouldNotRun, Err: err}
 	}
 	defer stopWithin(eng.stopTimeout, client.Stop)
-	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer bgCancel()
-	for _, app := range apps {
-		if app.run != nil {
-			bg.Go(func() {
-				if err := app.run(bgCtx); err != nil {
-					log.Error("application component stopped", "app", app.name, "err", err)
-				}
-			})
-		}
-	}
+	defer runComponents(ctx, apps, log)()
 	fmt.Fprintf(g.stdout, "pgoutbox working %d in-process queues (Ctrl-C to stop)\n", len(cfg.Queues))
 	<-ctx.Done()
 	log.Info("shutting down")
