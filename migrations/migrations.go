@@ -73,57 +73,57 @@ func ensureSchema(ctx context.Context, db *sql.DB) error {
 	return tx.Commit()
 }
 
-// Up applies every pending migration and returns the versions it applied
-// (none when the database is current).
-func Up(ctx context.Context, dsn string) ([]int64, error) {
+// withProvider opens dsn, makes sure the version table's schema exists and
+// runs fn with a goose provider.
+func withProvider(ctx context.Context, dsn string, fn func(*goose.Provider) error) error {
 	db, err := open(dsn)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer db.Close()
 	if err := ensureSchema(ctx, db); err != nil {
-		return nil, err
+		return err
 	}
 	p, err := provider(db)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: up: %w", err)
-	}
-	out := make([]int64, 0, len(res))
-	for _, r := range res {
-		out = append(out, r.Source.Version)
-	}
-	return out, nil
+	return fn(p)
+}
+
+// Up applies every pending migration and returns the versions it applied
+// (none when the database is current).
+func Up(ctx context.Context, dsn string) ([]int64, error) {
+	var out []int64
+	err := withProvider(ctx, dsn, func(p *goose.Provider) error {
+		res, err := p.Up(ctx)
+		if err != nil {
+			return fmt.Errorf("migrations: up: %w", err)
+		}
+		for _, r := range res {
+			out = append(out, r.Source.Version)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // List reports every known migration and whether it is applied.
 func List(ctx context.Context, dsn string) ([]Status, error) {
-	db, err := open(dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	if err := ensureSchema(ctx, db); err != nil {
-		return nil, err
-	}
-	p, err := provider(db)
-	if err != nil {
-		return nil, err
-	}
-	st, err := p.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: status: %w", err)
-	}
-	out := make([]Status, 0, len(st))
-	for _, s := range st {
-		ms := Status{Version: s.Source.Version, Source: s.Source.Path, Applied: s.State == goose.StateApplied}
-		if ms.Applied {
-			ms.AppliedAt = s.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
+	var out []Status
+	err := withProvider(ctx, dsn, func(p *goose.Provider) error {
+		st, err := p.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("migrations: status: %w", err)
 		}
-		out = append(out, ms)
-	}
-	return out, nil
+		for _, s := range st {
+			ms := Status{Version: s.Source.Version, Source: s.Source.Path, Applied: s.State == goose.StateApplied}
+			if ms.Applied {
+				ms.AppliedAt = s.AppliedAt.UTC().Format("2006-01-02T15:04:05Z")
+			}
+			out = append(out, ms)
+		}
+		return nil
+	})
+	return out, err
 }
