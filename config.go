@@ -84,7 +84,8 @@ type QueueConfig struct {
 	// Concurrency. A claim never takes more than the free slots.
 	ClaimBatch int
 	// DeliveryTimeout bounds one delivery; default DeliveryTimeoutDefault
-	// (30 s). It must be below Config.LeaseDuration.
+	// (30 s), or half the lease when that is shorter. It must be below
+	// Config.LeaseDuration.
 	DeliveryTimeout time.Duration
 }
 
@@ -165,7 +166,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		defi(&q.Concurrency, ConcurrencyDefault)
 		defi(&q.ClaimBatch, q.Concurrency)
-		def(&q.DeliveryTimeout, DeliveryTimeoutDefault)
+		def(&q.DeliveryTimeout, min(DeliveryTimeoutDefault, c.LeaseDuration/2))
 		if q.Concurrency < 0 || q.ClaimBatch < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency and ClaimBatch must be positive", name)
 		}

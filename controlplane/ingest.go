@@ -32,8 +32,8 @@ func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	event, delivery := r.Header.Get(webhook.EventHeader), r.Header.Get(webhook.DeliveryHeader)
-	if event == "" || delivery == "" || len(event) > 128 || len(delivery) > 128 {
-		httpx.Error(w, http.StatusBadRequest, "X-GitHub-Event and X-GitHub-Delivery are required")
+	if !headerValue(event) || !headerValue(delivery) {
+		httpx.Error(w, http.StatusBadRequest, "X-GitHub-Event and X-GitHub-Delivery are required (1-128 printable characters)")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
@@ -88,4 +88,18 @@ func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.WriteJSON(w, http.StatusAccepted, res)
+}
+
+// headerValue accepts an event name or delivery id: 1-128 printable ASCII
+// characters (GitHub sends names and GUIDs).
+func headerValue(v string) bool {
+	if v == "" || len(v) > 128 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -253,6 +253,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"wrong secret", good, map[string]string{"X-Hub-Signature-256": webhook.Sign([]byte("other"), good)}, 401},
 		{"missing event", good, map[string]string{"X-GitHub-Event": ""}, 400},
 		{"missing delivery", good, map[string]string{"X-GitHub-Delivery": ""}, 400},
+		{"delivery not UTF-8", good, map[string]string{"X-GitHub-Delivery": "abc\xff"}, 400},
+		{"delivery with a space", good, map[string]string{"X-GitHub-Delivery": "a b"}, 400},
 		{"malformed json", []byte(`{"zen":`), nil, 400},
 		{"oversize", bytes.Repeat([]byte("x"), 5000), nil, 413},
 		{"form content type", good, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
@@ -265,7 +267,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		if tc.name == "malformed json" || tc.name == "oversize" {
 			h = map[string]string{"X-Hub-Signature-256": webhook.Sign([]byte(secret), body)}
 		}
-		if code := b.post(t, "ping", "bad-"+tc.name, body, h); code != tc.want {
+		if code := b.post(t, "ping", "bad-"+strings.ReplaceAll(tc.name, " ", "-"), body, h); code != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, code, tc.want)
 		}
 		if after := b.counts(t); after != before {

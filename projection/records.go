@@ -129,6 +129,10 @@ func fromObject(obj map[string]any, line int64) (parsed, error) {
 	case !utf8.ValidString(id) || strings.ContainsRune(id, 0):
 		return parsed{}, &RowError{Line: line, Reason: `"id" is not valid text`}
 	}
+	if anyString(obj, func(s string) bool { return !utf8.ValidString(s) }) {
+		// Stored text must read back byte for byte, or its hash would change.
+		return parsed{}, &RowError{Line: line, Reason: "the record contains text that is not valid UTF-8"}
+	}
 	if hasNUL(obj) {
 		// PostgreSQL's jsonb cannot store \u0000.
 		return parsed{}, &RowError{Line: line, Reason: `the record contains a \u0000 character, which cannot be stored`}
@@ -141,24 +145,29 @@ func fromObject(obj map[string]any, line int64) (parsed, error) {
 	return parsed{id: id, document: canon, hash: hex.EncodeToString(sum[:]), line: line}, nil
 }
 
-func hasNUL(v any) bool {
+// anyString reports whether bad holds for any key or string value in v.
+func anyString(v any, bad func(string) bool) bool {
 	switch x := v.(type) {
 	case string:
-		return strings.ContainsRune(x, 0)
+		return bad(x)
 	case map[string]any:
 		for k, e := range x {
-			if strings.ContainsRune(k, 0) || hasNUL(e) {
+			if bad(k) || anyString(e, bad) {
 				return true
 			}
 		}
 	case []any:
 		for _, e := range x {
-			if hasNUL(e) {
+			if anyString(e, bad) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+func hasNUL(v any) bool {
+	return anyString(v, func(s string) bool { return strings.ContainsRune(s, 0) })
 }
 
 // jsonReason shortens a decoding error to its cause, never quoting input.
