@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os/signal"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/server"
 	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
@@ -23,6 +25,7 @@ func init() { extraCommands = append(extraCommands, newWorkCmd) }
 // natsFlags are work's broker settings (docs/scale-out.md).
 type natsFlags struct {
 	relay, from  string
+	metricsAddr  string // not NATS: the work process's /metrics listener
 	url          string
 	stream       string
 	prefix       string
@@ -58,6 +61,8 @@ func (n *natsFlags) register(cmd *cobra.Command) {
 		"retry backoff cap (env OUTBOX_BACKOFF_CAP)")
 	f.IntVar(&n.relayBatch, "relay-batch", envInt("OUTBOX_RELAY_BATCH", pgnats.RelayBatchDefault),
 		"effects per relay claim (env OUTBOX_RELAY_BATCH)")
+	f.StringVar(&n.metricsAddr, "metrics-addr", envOr("PGOUTBOX_METRICS_ADDR", "127.0.0.1:9101"),
+		"serve /metrics, /-/healthy and /-/ready here; empty: none (env PGOUTBOX_METRICS_ADDR)")
 	f.IntVar(&n.consumerConc, "consumer-concurrency", envInt("OUTBOX_CONSUMER_CONCURRENCY", 0),
 		"deliveries in flight per consumed queue (env OUTBOX_CONSUMER_CONCURRENCY; default the queue's concurrency)")
 }
@@ -196,6 +201,18 @@ func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags
 	}
 	defer stopWithin(eng.stopTimeout, client.Stop)
 	defer runComponents(ctx, apps, log)()
+	if nf.metricsAddr != "" {
+		// /metrics and the probes; no application routes.
+		srv := server.New(log, reg)
+		ln, err := net.Listen("tcp", nf.metricsAddr)
+		if err != nil {
+			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--metrics-addr %s: %w", nf.metricsAddr, err)}
+		}
+		go func() { _ = srv.Serve(ln) }()
+		srv.SetReady(true)
+		defer stopWithin(eng.stopTimeout, srv.Shutdown)
+		fmt.Fprintf(g.stdout, "pgoutbox metrics on http://%s/metrics\n", ln.Addr())
+	}
 	fmt.Fprintf(g.stdout, "pgoutbox working %d in-process queues (Ctrl-C to stop)\n", len(cfg.Queues))
 	<-ctx.Done()
 	log.Info("shutting down")

@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -53,11 +55,11 @@ func TestWorkRefusesAShortDuplicateWindow(t *testing.T) {
 		Retention: jetstream.WorkQueuePolicy, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs := run(t, "--database-url", dsn, "work", "--relay", "nats", "--nats-url", url, "--relay-queues", "q")
+	code, _, errs := run(t, "--database-url", dsn, "work", "--metrics-addr", "127.0.0.1:0", "--relay", "nats", "--nats-url", url, "--relay-queues", "q")
 	if code != cli.ExitCouldNotRun || !strings.Contains(errs, "duplicate window of 2m0s") || !strings.Contains(errs, "retry horizon") {
 		t.Fatalf("exit %d, stderr %q; want 1 and the reason", code, errs)
 	}
-	if code, _, errs := run(t, "--database-url", dsn, "work", "--relay", "kafka"); code != cli.ExitCouldNotRun || !strings.Contains(errs, "nats") {
+	if code, _, errs := run(t, "--database-url", dsn, "work", "--metrics-addr", "127.0.0.1:0", "--relay", "kafka"); code != cli.ExitCouldNotRun || !strings.Contains(errs, "nats") {
 		t.Fatalf("--relay kafka: exit %d, %q", code, errs)
 	}
 }
@@ -100,7 +102,7 @@ func TestWorkRelaysToNATS(t *testing.T) {
 	var out syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--relay", "nats", "--nats-url", url,
+		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--metrics-addr", "127.0.0.1:0", "--relay", "nats", "--nats-url", url,
 			"--relay-queues", "q", "--sweep-interval", "1h"}, &out, &out)
 	}()
 	handedOver := func() int64 {
@@ -119,6 +121,25 @@ func TestWorkRelaysToNATS(t *testing.T) {
 	if err != nil || info.State.Msgs != 3 {
 		t.Fatalf("stream: %v %+v", err, info)
 	}
+	// work serves /metrics too.
+	var metricsURL string
+	waitUntil(t, ctx, func() bool {
+		text := out.String()
+		if i := strings.Index(text, "pgoutbox metrics on "); i >= 0 {
+			metricsURL = strings.Fields(text[i+len("pgoutbox metrics on "):])[0]
+		}
+		return metricsURL != ""
+	})
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "pgoutbox_") {
+		t.Fatalf("work /metrics: %d, no pgoutbox_ metrics", resp.StatusCode)
+	}
+	http.DefaultClient.CloseIdleConnections()
 	stop()
 	if code := <-done; code != 0 {
 		t.Fatalf("work exited %d: %s", code, out.String())
@@ -169,7 +190,7 @@ func TestWorkRelaysAndConsumes(t *testing.T) {
 	var out syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--relay", "nats", "--from", "nats",
+		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--metrics-addr", "127.0.0.1:0", "--relay", "nats", "--from", "nats",
 			"--nats-url", url, "--relay-queues", "q"}, &out, &out)
 	}()
 	waitUntil(t, ctx, func() bool {
