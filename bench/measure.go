@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// dsnWithDB returns dsn pointed at database db.
+func dsnWithDB(dsn, db string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", err
+		}
+		u.Path = "/" + db
+		return u.String(), nil
+	}
+	return dsn + " dbname=" + db, nil
+}
+
+// freshDB creates an empty database and returns its DSN and a drop function.
+func freshDB(ctx context.Context, admin *pgxpool.Pool, adminDSN, name string, keep bool) (string, func(), error) {
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+		return "", nil, err
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	dsn, err := dsnWithDB(adminDSN, name)
+	if err != nil {
+		return "", nil, err
+	}
+	drop := func() {
+		if keep {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+	}
+	return dsn, drop, nil
+}
+
+func openPool(ctx context.Context, dsn string, conns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if conns > 0 {
+		cfg.MaxConns = int32(conns)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "pgoutbox-bench"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// walLSN reads the current WAL position (cluster-wide).
+func walLSN(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var lsn string
+	err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	return lsn, err
+}
+
+func walSince(ctx context.Context, pool *pgxpool.Pool, from string) (float64, error) {
+	var d float64
+	err := pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", from).Scan(&d)
+	return d, err
+}
+
+func relSize(ctx context.Context, pool *pgxpool.Pool, table string) (float64, error) {
+	var b int64
+	err := pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", table).Scan(&b)
+	return float64(b), err
+}
+
+// claimPercentiles returns p50 and p99 in ms of the intervals sql selects.
+func claimPercentiles(ctx context.Context, pool *pgxpool.Pool, sql string) (p50, p99 float64, err error) {
+	q := `SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
+	             coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
+	      FROM (SELECT extract(epoch FROM l) * 1000 AS ms FROM (` + sql + `) AS x(l)) AS y`
+	err = pool.QueryRow(ctx, q).Scan(&p50, &p99)
+	return p50, p99, err
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pgCPU samples the CPU time of the PostgreSQL server's processes from /proc
+// (the server must run on this machine; otherwise the figure is NaN).
+type pgCPU struct {
+	postmaster int
+	start      map[int]int64 // pid -> clock ticks
+}
+
+const clockTicks = 100 // USER_HZ on Linux
+
+func newPGCPU(ctx context.Context, pool *pgxpool.Pool) *pgCPU {
+	var dir string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+		return &pgCPU{}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return &pgCPU{}
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	return &pgCPU{postmaster: pid}
+}
+
+// procStat returns ppid and utime+stime ticks of pid.
+func procStat(pid int) (ppid int, ticks int64, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return ppid, ut + st, true
+}
+
+// children maps each process of the server (postmaster's children) to its
+// CPU ticks, keeping those whose command line satisfies keep.
+func (p *pgCPU) children(keep func(cmd string) bool) map[int]int64 {
+	out := map[int]int64{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, ticks, ok := procStat(pid)
+		if !ok || ppid != p.postmaster {
+			continue
+		}
+		if keep != nil {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if !keep(string(cmd)) {
+				continue
+			}
+		}
+		out[pid] = ticks
+	}
+	return out
+}
+
+func (p *pgCPU) Start() {
+	if p.postmaster == 0 {
+		return
+	}
+	p.start = p.children(nil)
+}
+
+// Since returns the CPU seconds used since Start by the backends connected
+// to database db plus the server's shared background processes (WAL writer,
+// checkpointer, background writer, autovacuum).
+func (p *pgCPU) Since(db string) float64 {
+	if p.postmaster == 0 || p.start == nil {
+		return math.NaN()
+	}
+	keep := func(cmd string) bool {
+		return strings.Contains(cmd, " "+db+" ") || strings.Contains(cmd, "walwriter") ||
+			strings.Contains(cmd, "checkpointer") || strings.Contains(cmd, "background writer") ||
+			strings.Contains(cmd, "autovacuum")
+	}
+	var ticks int64
+	for pid, t := range p.children(keep) {
+		ticks += t - p.start[pid]
+	}
+	return float64(ticks) / clockTicks
+}
+
+// percentile of sorted xs (nearest rank).
+func percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func median(xs []float64) float64 {
+	ys := slices.Clone(xs)
+	ys = slices.DeleteFunc(ys, math.IsNaN)
+	if len(ys) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(ys)
+	n := len(ys)
+	if n%2 == 1 {
+		return ys[n/2]
+	}
+	return (ys[n/2-1] + ys[n/2]) / 2
+}
+
+func minMax(xs []float64) (lo, hi float64) {
+	lo, hi = math.NaN(), math.NaN()
+	for _, x := range xs {
+		if math.IsNaN(x) {
+			continue
+		}
+		if math.IsNaN(lo) || x < lo {
+			lo = x
+		}
+		if math.IsNaN(hi) || x > hi {
+			hi = x
+		}
+	}
+	return lo, hi
+}
+
+// dbStats are cumulative statistics counters of the benchmark database and
+// its table. PostgreSQL flushes a backend's counters at most once a second
+// and when it exits, so callers reset their pools before reading.
+type dbStats struct {
+	xacts, updates, hotUpdates, deletes float64
+}
+
+func readStats(ctx context.Context, pool *pgxpool.Pool, table string) (dbStats, error) {
+	var s dbStats
+	err := pool.QueryRow(ctx, `
+		SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database())::float8,
+		       coalesce(n_tup_upd, 0)::float8, coalesce(n_tup_hot_upd, 0)::float8, coalesce(n_tup_del, 0)::float8
+		FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&s.xacts, &s.updates, &s.hotUpdates, &s.deletes)
+	return s, err
+}
+
+// flushStats closes every connection of the pools so that their backends
+// report their statistics, then waits for them to exit.
+func flushStats(pools ...*pgxpool.Pool) {
+	for _, p := range pools {
+		p.Reset()
+	}
+	time.Sleep(300 * time.Millisecond)
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/migrations"
+)
+
+const (
+	pgQueue = "bench"
+	pgType  = "noop"
+)
+
+// pgKnobs are pgoutbox's tuning knobs (flags -pg-*).
+type pgKnobs struct {
+	claimBatch      int // 0: the engine default (Concurrency)
+	completionBatch int // 0: the engine default
+	poll            time.Duration
+	clients         int // Clients per process on the same queue, splitting the workers
+}
+
+type pgSystem struct {
+	name         string // "pgoutbox", or a variant such as "pgoutbox[clients=2]"
+	knobs        pgKnobs
+	payloadBytes int
+	logger       *slog.Logger
+}
+
+func (s *pgSystem) Name() string  { return s.name }
+func (s *pgSystem) Table() string { return "pgoutbox.effects" }
+
+func (s *pgSystem) Migrate(ctx context.Context, dsn string) error {
+	_, err := migrations.Up(ctx, dsn)
+	return err
+}
+
+func (s *pgSystem) DiagnoseSQL() string {
+	return `SELECT id, state::text, attempts, coalesce(leased_at::text, '-'), coalesce(lease_expires_at::text, '-'),
+	        coalesce(last_error, '-') FROM pgoutbox.effects WHERE state <> 'completed' ORDER BY id LIMIT 20`
+}
+
+func (s *pgSystem) ClaimLatencySQL() string {
+	return `SELECT leased_at - available_at FROM pgoutbox.effects WHERE leased_at IS NOT NULL`
+}
+
+func (s *pgSystem) Retention(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	// The engine's own pruning (Client.Prune) with a retention of 1 ns, in
+	// its default batches.
+	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{CompletedRetention: time.Nanosecond})
+	if err != nil {
+		return 0, err
+	}
+	return c.Prune(ctx)
+}
+
+func (s *pgSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerConfig) (runner, error) {
+	r := &pgRunner{pool: pool, args: newArgs(s.payloadBytes), completed: &counter{}}
+	onWork := wc.onWork
+	handler := func(ctx context.Context, d *pgoutbox.Delivery) error {
+		if onWork != nil {
+			onWork(d.ID)
+		}
+		return nil
+	}
+	clients := max(1, s.knobs.clients)
+	for i := range clients {
+		// Split the workers: the first clients take the remainder.
+		workers := wc.workers / clients
+		if i < wc.workers%clients {
+			workers++
+		}
+		batch := min(s.knobs.claimBatch, workers)
+		c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+			Queues: map[string]pgoutbox.QueueConfig{
+				pgQueue: {Concurrency: workers, ClaimBatch: batch},
+			},
+			Types:           []pgoutbox.EffectType{{Name: pgType, ReplaySafe: true, Handler: handler}},
+			PollInterval:    s.knobs.poll,
+			CompletionBatch: s.knobs.completionBatch,
+			// The benchmark measures delivery; retention is measured
+			// separately (Retention).
+			PruneInterval: -1,
+			Logger:        s.logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.clients = append(r.clients, c)
+	}
+	return r, nil
+}
+
+type pgRunner struct {
+	pool      *pgxpool.Pool
+	clients   []*pgoutbox.Client
+	args      benchArgs
+	completed *counter
+	unsubs    []func()
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
+}
+
+func (r *pgRunner) effect(seq int) pgoutbox.Effect {
+	return pgoutbox.Effect{
+		Queue: pgQueue, Type: pgType,
+		Key:     pgoutbox.Key("bench", strconv.Itoa(seq)),
+		Payload: r.args,
+	}
+}
+
+func (r *pgRunner) InsertBatch(ctx context.Context, db *pgxpool.Pool, seq, n int) error {
+	effects := make([]pgoutbox.Effect, n)
+	for i := range effects {
+		effects[i] = r.effect(seq + i)
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		_, err := pgoutbox.EnqueueBatch(ctx, tx, effects)
+		return err
+	})
+}
+
+func (r *pgRunner) InsertOne(ctx context.Context, db *pgxpool.Pool, seq int) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		id, err = pgoutbox.Enqueue(ctx, tx, r.effect(seq))
+		return err
+	})
+	return id, err
+}
+
+func (r *pgRunner) Start(ctx context.Context) error {
+	cctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	for _, c := range r.clients {
+		events, unsub := c.Subscribe(1 << 16)
+		r.unsubs = append(r.unsubs, unsub)
+		r.done.Go(func() {
+			for {
+				select {
+				case e := <-events:
+					if e.State == "completed" {
+						r.completed.add(1)
+					}
+				case <-cctx.Done():
+					return
+				}
+			}
+		})
+	}
+	for _, c := range r.clients {
+		if err := c.Start(ctx); err != nil {
+			return fmt.Errorf("pgoutbox start: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *pgRunner) Stop(ctx context.Context) error {
+	var errs []error
+	for _, c := range r.clients {
+		errs = append(errs, c.Stop(ctx))
+	}
+	for _, u := range r.unsubs {
+		u()
+	}
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.done.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *pgRunner) Completed() *counter { return r.completed }

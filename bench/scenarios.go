@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// result is one scenario's figures for one system in one round.
+type result map[string]float64
+
+// figure describes one reported number.
+type figure struct {
+	key, label string
+	decimals   int
+}
+
+// scenario is one workload run on a fresh database.
+type scenario struct {
+	name    string
+	figures []figure
+	run     func(ctx context.Context, e *env) (result, error)
+}
+
+// env is what a scenario run gets: a fresh, migrated database.
+type env struct {
+	o    *options
+	sys  system
+	db   string // database name
+	dsn  string
+	pool *pgxpool.Pool // the workers' pool (the system's client)
+	prod *pgxpool.Pool // the producers' pool (the application)
+}
+
+var scenarios = []scenario{
+	{
+		name: "drain",
+		figures: []figure{
+			{"effects_per_s", "drain effects/s", 0},
+			{"insert_per_s", "pre-insert effects/s (batches of -insert-batch)", 0},
+			{"wal_insert", "WAL bytes/effect, insert", 0},
+			{"wal_drain", "WAL bytes/effect, claim+complete", 0},
+			{"xacts", "transactions per 1,000 effects (claim+complete)", 1},
+			{"updates", "row updates per effect (claim+complete)", 2},
+			{"hot", "HOT updates, % of row updates", 1},
+			{"cpu_proc", "CPU s/10k effects, bench process (drain)", 2},
+			{"cpu_pg", "CPU s/10k effects, PostgreSQL (drain)", 2},
+			{"size_empty", "table+indexes MB, empty", 2},
+			{"size_drained", "table+indexes MB, after drain", 2},
+			{"size_retained", "table+indexes MB, after retention + VACUUM", 2},
+		},
+		run: runDrain,
+	},
+	{
+		name: "sustained",
+		figures: []figure{
+			{"completed_per_s", "completed effects/s", 0},
+			{"inserted_per_s", "inserted effects/s", 0},
+			{"backlog", "backlog at end (inserted - completed)", 0},
+			{"claim_p99", "claim latency p99 ms (available -> claimed)", 1},
+			{"last_first", "throughput last 10% / first 10% of run", 2},
+			{"wal_per_effect", "WAL bytes per completed effect", 0},
+		},
+		run: runSustained,
+	},
+	{
+		name: "latency",
+		figures: []figure{
+			{"rate", "achieved enqueue rate/s", 0},
+			{"start_p50", "commit -> delivery start p50 ms", 2},
+			{"start_p99", "commit -> delivery start p99 ms", 2},
+			{"claim_p50", "claim latency p50 ms", 2},
+			{"claim_p99", "claim latency p99 ms", 2},
+		},
+		run: runLatency,
+	},
+	{
+		name: "scale",
+		figures: []figure{
+			{"effects_per_s", "drain effects/s, -scale-procs processes x -scale-workers workers", 0},
+			{"xacts", "transactions per 1,000 effects (claim+complete)", 1},
+			{"cpu_proc", "CPU s/10k effects, worker processes", 2},
+		},
+		run: runScale,
+	},
+}
+
+// insertBacklog writes n effects in transactions of o.insertBatch.
+func insertBacklog(ctx context.Context, db *pgxpool.Pool, r runner, n, batch int) error {
+	for seq := 0; seq < n; seq += batch {
+		if err := r.InsertBatch(ctx, db, seq, min(batch, n-seq)); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+	}
+	return nil
+}
+
+func runDrain(ctx context.Context, e *env) (result, error) {
+	n := e.o.n
+	res := result{}
+	var err error
+	if res["size_empty"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+		return nil, err
+	}
+	r, err := e.sys.Prepare(ctx, e.pool, workerConfig{workers: e.o.workers})
+	if err != nil {
+		return nil, err
+	}
+	lsn, err := walLSN(ctx, e.pool)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := insertBacklog(ctx, e.prod, r, n, e.o.insertBatch); err != nil {
+		return nil, err
+	}
+	res["insert_per_s"] = float64(n) / time.Since(t0).Seconds()
+	w, err := walSince(ctx, e.pool, lsn)
+	if err != nil {
+		return nil, err
+	}
+	res["wal_insert"] = w / float64(n)
+
+	flushStats(e.prod, e.pool)
+	st0, err := readStats(ctx, e.pool, e.sys.Table())
+	if err != nil {
+		return nil, err
+	}
+	if lsn, err = walLSN(ctx, e.pool); err != nil {
+		return nil, err
+	}
+	pg := newPGCPU(ctx, e.pool)
+	pg.Start()
+	cpu0 := processCPU()
+	start := time.Now()
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	ok := waitCount(r.Completed(), int64(n), e.o.timeout)
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	pgSec := pg.Since(e.db)
+	w, werr := walSince(ctx, e.pool, lsn)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_ = r.Stop(stopCtx)
+	cancel()
+	if !ok {
+		return nil, fmt.Errorf("drain: %d of %d completed after %s", r.Completed().Load(), n, e.o.timeout)
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	res["effects_per_s"] = float64(n) / elapsed.Seconds()
+	res["wal_drain"] = w / float64(n)
+	res["cpu_proc"] = cpu.Seconds() / float64(n) * 10000
+	res["cpu_pg"] = pgSec / float64(n) * 10000
+	flushStats(e.pool)
+	st1, err := readStats(ctx, e.prod, e.sys.Table())
+	if err != nil {
+		return nil, err
+	}
+	res["xacts"] = (st1.xacts - st0.xacts) / float64(n) * 1000
+	res["updates"] = (st1.updates - st0.updates) / float64(n)
+	res["hot"] = math.NaN()
+	if d := st1.updates - st0.updates; d > 0 {
+		res["hot"] = (st1.hotUpdates - st0.hotUpdates) / d * 100
+	}
+
+	if res["size_drained"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+		return nil, err
+	}
+	if _, err := e.sys.Retention(ctx, e.pool); err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	if _, err := e.pool.Exec(ctx, "VACUUM "+e.sys.Table()); err != nil {
+		return nil, err
+	}
+	if res["size_retained"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"size_empty", "size_drained", "size_retained"} {
+		res[k] /= 1 << 20
+	}
+	return res, nil
+}
+
+func runSustained(ctx context.Context, e *env) (result, error) {
+	r, err := e.sys.Prepare(ctx, e.pool, workerConfig{workers: e.o.workers})
+	if err != nil {
+		return nil, err
+	}
+	lsn, err := walLSN(ctx, e.pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = r.Stop(stopCtx)
+		cancel()
+	}()
+
+	d := e.o.duration
+	start := time.Now()
+	pctx, stopProducers := context.WithDeadline(ctx, start.Add(d))
+	defer stopProducers()
+	var inserted atomic.Int64
+	var seq atomic.Int64
+	var perr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	for range e.o.producers {
+		wg.Go(func() {
+			for pctx.Err() == nil {
+				s := int(seq.Add(int64(e.o.producerBatch))) - e.o.producerBatch
+				if err := r.InsertBatch(pctx, e.prod, s, e.o.producerBatch); err != nil {
+					if pctx.Err() == nil {
+						errOnce.Do(func() { perr = err })
+					}
+					return
+				}
+				inserted.Add(int64(e.o.producerBatch))
+			}
+		})
+	}
+	// Completions per tenth of the run.
+	seg := d / 10
+	marks := make([]int64, 0, 11)
+	marks = append(marks, 0)
+	tick := time.NewTicker(seg)
+	for i := 1; i <= 10; i++ {
+		<-tick.C
+		marks = append(marks, r.Completed().Load())
+	}
+	tick.Stop()
+	elapsed := time.Since(start)
+	completed := r.Completed().Load()
+	ins := inserted.Load()
+	stopProducers()
+	wg.Wait()
+	if perr != nil {
+		return nil, fmt.Errorf("producer: %w", perr)
+	}
+	w, err := walSince(ctx, e.pool, lsn)
+	if err != nil {
+		return nil, err
+	}
+	_, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL())
+	if err != nil {
+		return nil, err
+	}
+	first, last := marks[1]-marks[0], marks[10]-marks[9]
+	res := result{
+		"completed_per_s": float64(completed) / elapsed.Seconds(),
+		"inserted_per_s":  float64(ins) / elapsed.Seconds(),
+		"backlog":         float64(ins - completed),
+		"claim_p99":       p99,
+		"last_first":      math.NaN(),
+		"wal_per_effect":  math.NaN(),
+	}
+	if first > 0 {
+		res["last_first"] = float64(last) / float64(first)
+	}
+	if completed > 0 {
+		// Includes the WAL of inserting the effects still in the backlog.
+		res["wal_per_effect"] = w / float64(completed)
+	}
+	return res, nil
+}
+
+// stamps records one time per id.
+type stamps struct {
+	mu sync.Mutex
+	m  map[int64]time.Time
+}
+
+func (s *stamps) set(id int64, t time.Time, first bool) {
+	s.mu.Lock()
+	if _, ok := s.m[id]; !ok || !first {
+		s.m[id] = t
+	}
+	s.mu.Unlock()
+}
+
+func runLatency(ctx context.Context, e *env) (result, error) {
+	commits := &stamps{m: map[int64]time.Time{}}
+	starts := &stamps{m: map[int64]time.Time{}}
+	r, err := e.sys.Prepare(ctx, e.pool, workerConfig{
+		workers: e.o.workers,
+		onWork:  func(id int64) { starts.set(id, time.Now(), true) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = r.Stop(stopCtx)
+		cancel()
+	}()
+	time.Sleep(time.Second) // let the client settle (leader election, LISTEN)
+
+	interval := time.Duration(float64(time.Second) / e.o.rate)
+	total := int64(e.o.latencyDuration / interval)
+	var next atomic.Int64
+	var produced atomic.Int64
+	var perr error
+	var errOnce sync.Once
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range e.o.latencyProducers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= total || ctx.Err() != nil {
+					return
+				}
+				if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+					time.Sleep(wait)
+				}
+				id, err := r.InsertOne(ctx, e.prod, int(i))
+				if err != nil {
+					errOnce.Do(func() { perr = err })
+					return
+				}
+				commits.set(id, time.Now(), false)
+				produced.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if perr != nil {
+		return nil, fmt.Errorf("producer: %w", perr)
+	}
+	if !waitCount(r.Completed(), produced.Load(), 30*time.Second) {
+		return nil, fmt.Errorf("latency: %d of %d completed 30s after the last enqueue; not completed: %s",
+			r.Completed().Load(), produced.Load(), diagnose(ctx, e, starts))
+	}
+	var lat []float64
+	commits.mu.Lock()
+	starts.mu.Lock()
+	for id, c := range commits.m {
+		if s, ok := starts.m[id]; ok {
+			lat = append(lat, float64(s.Sub(c))/float64(time.Millisecond))
+		}
+	}
+	starts.mu.Unlock()
+	commits.mu.Unlock()
+	slices.Sort(lat)
+	p50, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL())
+	if err != nil {
+		return nil, err
+	}
+	return result{
+		"rate":      float64(produced.Load()) / elapsed.Seconds(),
+		"start_p50": percentile(lat, 0.50),
+		"start_p99": percentile(lat, 0.99),
+		"claim_p50": p50,
+		"claim_p99": p99,
+	}, nil
+}
+
+// diagnose describes the rows that did not complete, and whether their
+// handler ran.
+func diagnose(ctx context.Context, e *env, starts *stamps) string {
+	rows, err := e.pool.Query(ctx, e.sys.DiagnoseSQL())
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id int64
+		var state, claimed, expires, lastErr string
+		var attempts int
+		if err := rows.Scan(&id, &state, &attempts, &claimed, &expires, &lastErr); err != nil {
+			return err.Error()
+		}
+		starts.mu.Lock()
+		_, started := starts.m[id]
+		starts.mu.Unlock()
+		out = append(out, fmt.Sprintf("id=%d state=%s attempts=%d claimed=%s expires=%s handler_started=%v err=%q",
+			id, state, attempts, claimed, expires, started, lastErr))
+	}
+	return strings.Join(out, "; ")
+}
