@@ -6,7 +6,7 @@ PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/pgoutbox/pgoutbox/internal/cli.Version=$(VERSION)
 
-.PHONY: demo test test-deps test-short build lint fmt vet staticcheck clean
+.PHONY: demo test test-deps test-short bench build lint fmt vet staticcheck clean
 
 ## demo: the whole system with GitHub and Solr emulators, on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
 demo: build
@@ -24,6 +24,11 @@ test-deps:
 ## test-short: the quick tests (skips the 100,000-effect drains)
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
+
+## bench: River and pgoutbox side by side (bench/, ~10 min), then the NATS relay benchmarks; DATABASE_URL may CREATE DATABASE
+bench:
+	cd bench && $(GO) run . $(BENCHFLAGS)
+	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./target/nats
 
 ## build: the pgoutbox binary in ./bin
 build:
