@@ -39,6 +39,15 @@ const (
 	ConcurrencyDefault = 10
 	// BackoffCapDefault caps the retry backoff (2^attempt seconds).
 	BackoffCapDefault = 300 * time.Second
+	// ActivePollInterval is how often a claim loop polls while its queue is
+	// active (for ActiveTail after a wake-up or a non-empty claim): the
+	// insert trigger folds the notifications of one queue into at most one
+	// per 50 ms, so a producer that skipped notifying is picked up by these
+	// polls.
+	ActivePollInterval = 20 * time.Millisecond
+	// ActiveTail is how long a queue stays active after a wake-up or a
+	// non-empty claim.
+	ActiveTail = 250 * time.Millisecond
 )
 
 // Handler delivers one effect to the outside world. Its error is the outcome:

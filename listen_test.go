@@ -50,3 +50,43 @@ func TestListenerTerminatedFallsBackToPolling(t *testing.T) {
 	id2 := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "after-reconnect"})[0]
 	b.waitEvent(t, events, id2, "completed")
 }
+
+func TestNotifyLimiterFoldsConcurrentProducers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	listener, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(b.ctx, "LISTEN pgoutbox_effects"); err != nil {
+		t.Fatal(err)
+	}
+	// A takes the queue's notification; B, while A is open, skips it.
+	a, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Rollback(b.ctx) }()
+	if _, err := pgoutbox.Enqueue(b.ctx, a, pgoutbox.Effect{Queue: "qa", Type: "t", Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, pgoutbox.Effect{Queue: "qa", Type: "t", Key: "b"})
+	if err := a.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A sentinel on another queue: notifications arrive in commit order, so
+	// once it arrives every earlier one has.
+	b.enqueue(t, pgoutbox.Effect{Queue: "qc", Type: "t", Key: "c"})
+	counts := map[string]int{}
+	for counts["qc"] == 0 {
+		n, err := listener.Conn().WaitForNotification(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[n.Payload]++
+	}
+	if counts["qa"] != 1 {
+		t.Fatalf("%d notifications for qa from two producers, want 1 (folded)", counts["qa"])
+	}
+}

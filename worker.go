@@ -54,6 +54,11 @@ func (q *queueWorker) run(ctx context.Context) {
 	defer q.c.runWG.Done()
 	poll := time.NewTimer(q.c.cfg.PollInterval)
 	defer poll.Stop()
+	// lastActive is the last wake-up or non-empty claim: for ActiveTail
+	// after it the loop polls every ActivePollInterval, which picks up the
+	// effects of producers whose notification the limiter folded into an
+	// earlier one (migration 00005).
+	var lastActive time.Time
 	for {
 		free := q.cfg.Concurrency - int(q.inflight.Load())
 		if free <= 0 {
@@ -75,8 +80,15 @@ func (q *queueWorker) run(ctx context.Context) {
 		for _, cl := range claimed {
 			q.start(cl)
 		}
+		if len(claimed) > 0 {
+			lastActive = time.Now()
+		}
 		if err == nil && len(claimed) == want {
 			continue // a full batch: there may be more
+		}
+		wait := q.c.cfg.PollInterval
+		if time.Since(lastActive) < ActiveTail {
+			wait = min(wait, ActivePollInterval)
 		}
 		if !poll.Stop() {
 			select {
@@ -84,11 +96,12 @@ func (q *queueWorker) run(ctx context.Context) {
 			default:
 			}
 		}
-		poll.Reset(q.c.cfg.PollInterval)
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.wake:
+			lastActive = time.Now()
 		case <-poll.C:
 		}
 	}
