@@ -42,9 +42,9 @@ const (
 	// ActivePollInterval is how often a claim loop polls while its queue is
 	// active (for ActiveTail after a wake-up or a non-empty claim): the
 	// insert trigger folds the notifications of one queue into at most one
-	// per 50 ms, so a producer that skipped notifying is picked up by these
+	// per 10 ms, so a producer that skipped notifying is picked up by these
 	// polls.
-	ActivePollInterval = 20 * time.Millisecond
+	ActivePollInterval = 5 * time.Millisecond
 	// ActiveTail is how long a queue stays active after a wake-up or a
 	// non-empty claim.
 	ActiveTail = 250 * time.Millisecond

@@ -2,7 +2,7 @@
 -- NOTIFY serializes the commits of the transactions that raise it (a
 -- database-wide lock is held through commit), which capped single-effect
 -- transactions at a few hundred per second. The insert trigger now raises at
--- most one notification per queue per 50 ms, without ever waiting: the
+-- most one notification per queue per 10 ms, without ever waiting: the
 -- transaction that takes the queue's row (SKIP LOCKED) notifies, the others
 -- skip. Workers that were woken keep polling briefly (the engine's active
 -- poll), which picks up the effects of the transactions that skipped.
@@ -23,7 +23,7 @@ BEGIN
         IF pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, 0)) THEN
             INSERT INTO pgoutbox.notify_state AS s (queue, notified_at) VALUES (q, clock_timestamp())
             ON CONFLICT (queue) DO UPDATE SET notified_at = excluded.notified_at
-                WHERE s.notified_at < clock_timestamp() - interval '50 milliseconds';
+                WHERE s.notified_at < clock_timestamp() - interval '10 milliseconds';
             IF FOUND THEN
                 PERFORM pg_notify('pgoutbox_effects', q);
             END IF;
