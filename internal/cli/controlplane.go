@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	"github.com/pgoutbox/pgoutbox/target/github"
 )
@@ -88,19 +86,29 @@ func controlPlaneApp(_ context.Context, d appDeps) (*application, string, error)
 	}, "", nil
 }
 
-// operatorControlPlane is the control plane for reconcile commands; only
-// inspect needs the GitHub App settings.
-func operatorControlPlane(pool *pgxpool.Pool, g *globals, needGitHub bool) (*controlplane.App, error) {
+// operatorApp opens the database and the control plane for a reconcile
+// command; only inspect needs the GitHub App settings. Call the returned
+// function when done.
+func (g *globals) operatorApp(ctx context.Context, needGitHub bool) (*controlplane.App, func(), error) {
 	var gh controlplane.GitHub
 	if needGitHub {
 		client, missing, err := githubClient()
 		if err != nil {
-			return nil, err
+			return nil, nil, &ExitError{Code: ExitCouldNotRun, Err: err}
 		}
 		if missing != "" {
-			return nil, fmt.Errorf("%s is not set (needed to list workflow runs)", missing)
+			return nil, nil, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("%s is not set (needed to list workflow runs)", missing)}
 		}
 		gh = client
 	}
-	return controlplane.ForOperations(pool, controlPlaneConfig(), gh, g.logger())
+	pool, _, err := g.open(ctx, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	app, err := controlplane.ForOperations(pool, controlPlaneConfig(), gh, g.logger())
+	if err != nil {
+		pool.Close()
+		return nil, nil, &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
+	return app, pool.Close, nil
 }

@@ -34,15 +34,11 @@ waits in reconciliation_required for an operator:
 		Short: "List dispatches in reconciliation_required",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, _, err := g.open(cmd.Context(), false)
+			app, closeApp, err := g.operatorApp(cmd.Context(), false)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			app, err := operatorControlPlane(pool, g, false)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
+			defer closeApp()
 			ps, err := app.ListPending(cmd.Context(), limit)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
@@ -79,15 +75,11 @@ waits in reconciliation_required for an operator:
 			if err != nil {
 				return err
 			}
-			pool, _, err := g.open(cmd.Context(), false)
+			app, closeApp, err := g.operatorApp(cmd.Context(), true)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			app, err := operatorControlPlane(pool, g, true)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
+			defer closeApp()
 			in, err := app.Inspect(cmd.Context(), id)
 			if err != nil {
 				return reconcileErr(err)
@@ -127,15 +119,11 @@ waits in reconciliation_required for an operator:
 			if err != nil {
 				return err
 			}
-			pool, _, err := g.open(cmd.Context(), false)
+			app, closeApp, err := g.operatorApp(cmd.Context(), false)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			app, err := operatorControlPlane(pool, g, false)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
+			defer closeApp()
 			if err := app.Resolve(cmd.Context(), id, runID); err != nil {
 				return reconcileErr(err)
 			}
@@ -156,15 +144,11 @@ waits in reconciliation_required for an operator:
 			if err != nil {
 				return err
 			}
-			pool, _, err := g.open(cmd.Context(), false)
+			app, closeApp, err := g.operatorApp(cmd.Context(), false)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			app, err := operatorControlPlane(pool, g, false)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
+			defer closeApp()
 			s, err := app.Supersede(cmd.Context(), id, reason)
 			if err != nil {
 				return reconcileErr(err)
