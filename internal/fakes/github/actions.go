@@ -161,11 +161,8 @@ func workflowFor(repo *repository, key string) *Workflow {
 func (s *Server) getWorkflow(r *http.Request, p principal) reply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	repo, rep := s.repoFor(r, p)
+	repo, rep := s.repoWith(r, p, "actions", "read")
 	if rep != nil {
-		return *rep
-	}
-	if rep := s.permit(p, "actions", "read"); rep != nil {
 		return *rep
 	}
 	w := workflowFor(repo, r.PathValue("workflow_id"))
@@ -190,11 +187,8 @@ func (s *Server) dispatchWorkflow(r *http.Request, p principal) reply {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	repo, rep := s.repoFor(r, p)
+	repo, rep := s.repoWith(r, p, "actions", "write")
 	if rep != nil {
-		return *rep
-	}
-	if rep := s.permit(p, "actions", "write"); rep != nil {
 		return *rep
 	}
 	w := workflowFor(repo, r.PathValue("workflow_id"))
@@ -345,11 +339,8 @@ func (s *Server) listWorkflowRuns(r *http.Request, p principal) reply {
 	doc := docWorkflowRuns + "#list-workflow-runs-for-a-repository"
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	repo, rep := s.repoFor(r, p)
+	repo, rep := s.repoWith(r, p, "actions", "read")
 	if rep != nil {
-		return *rep
-	}
-	if rep := s.permit(p, "actions", "read"); rep != nil {
 		return *rep
 	}
 	var w *Workflow
@@ -400,11 +391,8 @@ func (s *Server) listWorkflowRuns(r *http.Request, p principal) reply {
 func (s *Server) getWorkflowRun(r *http.Request, p principal) reply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	repo, rep := s.repoFor(r, p)
+	repo, rep := s.repoWith(r, p, "actions", "read")
 	if rep != nil {
-		return *rep
-	}
-	if rep := s.permit(p, "actions", "read"); rep != nil {
 		return *rep
 	}
 	id, err := strconv.ParseInt(r.PathValue("run_id"), 10, 64)

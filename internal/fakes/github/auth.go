@@ -275,6 +275,19 @@ func randomToken() (string, error) {
 
 // repoFor returns the repository of the request's {owner}/{repo} when p's
 // token may see it, else a 404 reply; s.mu must be held.
+// repoWith is repoFor followed by the permission check every repository
+// route makes (GitHub answers 404 before 403).
+func (s *Server) repoWith(r *http.Request, p principal, permission, level string) (*repository, *reply) {
+	repo, rep := s.repoFor(r, p)
+	if rep != nil {
+		return nil, rep
+	}
+	if rep := s.permit(p, permission, level); rep != nil {
+		return nil, rep
+	}
+	return repo, nil
+}
+
 func (s *Server) repoFor(r *http.Request, p principal) (*repository, *reply) {
 	repo := s.repos[strings.ToLower(r.PathValue("owner")+"/"+r.PathValue("repo"))]
 	if repo == nil || p.token == nil || repo.installationID != p.installationID ||

@@ -70,11 +70,8 @@ func (s *Server) createCheckRun(r *http.Request, p principal) reply {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	repo, rep := s.repoFor(r, p)
+	repo, rep := s.repoWith(r, p, "checks", "write")
 	if rep != nil {
-		return *rep
-	}
-	if rep := s.permit(p, "checks", "write"); rep != nil {
 		return *rep
 	}
 	if body.Name == nil || *body.Name == "" {
@@ -238,11 +235,8 @@ func (s *Server) listCheckRunsForRef(r *http.Request, p principal) reply {
 	const doc = docCheckRuns + "#list-check-runs-for-a-git-reference"
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	repo, rep := s.repoFor(r, p)
+	repo, rep := s.repoWith(r, p, "checks", "read")
 	if rep != nil {
-		return *rep
-	}
-	if rep := s.permit(p, "checks", "read"); rep != nil {
 		return *rep
 	}
 	ref, ok := strings.CutSuffix(r.PathValue("ref_check_runs"), "/check-runs")
