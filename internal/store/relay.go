@@ -17,45 +17,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const claimRelaySQL = `
-WITH next AS (
-    SELECT id FROM pgoutbox.effects
-    WHERE state = 'available' AND queue = $1 AND available_at <= now()
-    ORDER BY available_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE pgoutbox.effects e
-SET state = 'leased', lease_owner = $3,
-    lease_token = gen_random_uuid(), leased_at = now(),
-    lease_expires_at = now() + make_interval(secs => $4)
-FROM next
-WHERE e.id = next.id
-RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
-    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at`
-
 // ClaimRelay leases up to limit available effects of a queue for a relay,
 // like Claim but without counting a delivery attempt: publishing to a broker
 // is not a delivery. Attempt in the result is the number of deliveries so
 // far.
 func ClaimRelay(ctx context.Context, db DBTX, queue, owner string, limit int, lease time.Duration) ([]Claimed, error) {
-	rows, err := db.Query(ctx, claimRelaySQL, queue, limit, owner, lease.Seconds())
-	if err != nil {
-		return nil, MapError(err)
-	}
-	defer rows.Close()
-	var out []Claimed
-	for rows.Next() {
-		var c Claimed
-		var lat float64
-		if err := rows.Scan(&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
-			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt); err != nil {
-			return nil, err
-		}
-		c.ClaimLatency = time.Duration(max(lat, 0) * float64(time.Second))
-		out = append(out, c)
-	}
-	return out, MapError(rows.Err())
+	return claim(ctx, db, queue, owner, limit, lease, 0)
 }
 
 // handOverSQL locks each fenced row by primary key (LATERAL: one index

@@ -180,7 +180,7 @@ WITH next AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE pgoutbox.effects e
-SET state = 'leased', attempts = e.attempts + 1, lease_owner = $3,
+SET state = 'leased', attempts = e.attempts + $5::int, lease_owner = $3,
     lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $4)
 FROM next
@@ -191,7 +191,13 @@ RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts
 // Claim leases up to limit available effects of a queue, oldest
 // (available_at, id) first, skipping rows another claimer holds.
 func Claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease time.Duration) ([]Claimed, error) {
-	rows, err := db.Query(ctx, claimSQL, queue, limit, owner, lease.Seconds())
+	return claim(ctx, db, queue, owner, limit, lease, 1)
+}
+
+// claim is Claim, adding countAttempt (1 for a delivery, 0 for a relay's
+// publication) to each effect's attempts.
+func claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease time.Duration, countAttempt int) ([]Claimed, error) {
+	rows, err := db.Query(ctx, claimSQL, queue, limit, owner, lease.Seconds(), countAttempt)
 	if err != nil {
 		return nil, MapError(err)
 	}
