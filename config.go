@@ -92,6 +92,16 @@ type QueueConfig struct {
 	// ClaimBatch is the most effects one claim statement leases; default
 	// Concurrency. A claim never takes more than the free slots.
 	ClaimBatch int
+	// RowLockLease, when positive, leases this queue's replay-safe effects
+	// by the row lock of the claim transaction, held open for at most this
+	// long: an effect whose handler succeeds within it costs one tuple
+	// write (available → completed) instead of two, and the rest become
+	// ordinary durable leases when the batch closes (see rowlock.go).
+	// Default 0: every claim writes a durable lease. Worth it for short,
+	// replay-safe handlers (indexing, publishing); pointless for effects
+	// that are not replay-safe, which always take a durable lease. A few
+	// tens of milliseconds is typical; it must be below DeliveryTimeout.
+	RowLockLease time.Duration
 	// DeliveryTimeout bounds one delivery; default DeliveryTimeoutDefault
 	// (30 s), or half the lease when that is shorter. It must be below
 	// Config.LeaseDuration.
@@ -178,6 +188,10 @@ func (c Config) withDefaults() (Config, error) {
 		def(&q.DeliveryTimeout, min(DeliveryTimeoutDefault, c.LeaseDuration/2))
 		if q.Concurrency < 0 || q.ClaimBatch < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency and ClaimBatch must be positive", name)
+		}
+		if q.RowLockLease < 0 || (q.RowLockLease > 0 && q.RowLockLease >= q.DeliveryTimeout) {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].RowLockLease (%s) must be between 0 and DeliveryTimeout (%s)",
+				name, q.RowLockLease, q.DeliveryTimeout)
 		}
 		if q.DeliveryTimeout >= c.LeaseDuration {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].DeliveryTimeout (%s) must be below Config.LeaseDuration (%s)",

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -21,6 +23,8 @@ type queueWorker struct {
 	wake     chan struct{} // a NOTIFY (or catch-up) for this queue
 	freed    chan struct{} // a delivery finished
 	inflight atomic.Int64
+	// openBatches counts open row-lock claim transactions (RowLockLease).
+	openBatches atomic.Int64
 
 	mu   sync.Mutex
 	held map[int64]*held
@@ -69,21 +73,26 @@ func (q *queueWorker) run(ctx context.Context) {
 				continue
 			}
 		}
+		if q.cfg.RowLockLease > 0 && q.openBatches.Load() >= q.maxOpenBatches() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.freed:
+				continue
+			}
+		}
 		want := min(free, q.cfg.ClaimBatch)
-		claimed, err := store.Claim(ctx, q.c.pool, q.name, q.c.cfg.ID, want, q.c.cfg.LeaseDuration)
+		n, err := q.claim(ctx, want)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			q.c.log.Error("claim failed", "queue", q.name, "err", err)
 		}
-		for _, cl := range claimed {
-			q.start(cl)
-		}
-		if len(claimed) > 0 {
+		if n > 0 {
 			lastActive = time.Now()
 		}
-		if err == nil && len(claimed) == want {
+		if err == nil && n == want {
 			continue // a full batch: there may be more
 		}
 		wait := q.c.cfg.PollInterval
@@ -105,6 +114,19 @@ func (q *queueWorker) run(ctx context.Context) {
 		case <-poll.C:
 		}
 	}
+}
+
+// claim claims up to want effects and starts their deliveries: under
+// durable leases, or in a row-lock batch when the queue has RowLockLease.
+func (q *queueWorker) claim(ctx context.Context, want int) (int, error) {
+	if q.cfg.RowLockLease > 0 {
+		return q.lockClaim(ctx, want)
+	}
+	claimed, err := store.Claim(ctx, q.c.pool, q.name, q.c.cfg.ID, want, q.c.cfg.LeaseDuration)
+	for _, cl := range claimed {
+		q.start(cl)
+	}
+	return len(claimed), err
 }
 
 func (q *queueWorker) start(cl store.Claimed) {
@@ -140,23 +162,34 @@ func (q *queueWorker) start(cl store.Claimed) {
 	}()
 }
 
-func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store.Fence, handlerDone func()) {
+func newDelivery(cl store.Claimed) *Delivery {
 	d := &Delivery{
 		ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
 		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
-		LeaseToken: cl.Token.String(),
 	}
+	if cl.Token != (uuid.UUID{}) {
+		d.LeaseToken = cl.Token.String()
+	}
+	return d
+}
+
+// timeout is the delivery timeout of type t in this queue.
+func (q *queueWorker) timeout(t EffectType) time.Duration {
+	if t.Timeout > 0 {
+		return t.Timeout
+	}
+	return q.cfg.DeliveryTimeout
+}
+
+func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store.Fence, handlerDone func()) {
+	d := newDelivery(cl)
 	t, ok := q.c.types[cl.Type]
 	if !ok {
 		q.fail(ctx, d, fence, true, Retry(fmt.Errorf("no handler registered for effect type %q", cl.Type)))
 		return
 	}
-	timeout := q.cfg.DeliveryTimeout
-	if t.Timeout > 0 {
-		timeout = t.Timeout
-	}
 	if t.TxHandler != nil {
-		q.runTx(ctx, d, fence, t, timeout)
+		q.runTx(ctx, d, fence, t, q.timeout(t))
 		return
 	}
 	if !t.ReplaySafe {
@@ -171,9 +204,18 @@ func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store
 			return
 		}
 	}
-	hctx, hcancel := context.WithTimeout(ctx, timeout)
-	err := call(hctx, func(ctx context.Context) error { return t.Handler(ctx, d) })
-	hcancel()
+	q.settle(ctx, d, fence, t, q.handle(ctx, t, d), handlerDone)
+}
+
+// handle runs t's handler for d within the type's delivery timeout.
+func (q *queueWorker) handle(ctx context.Context, t EffectType, d *Delivery) error {
+	hctx, hcancel := context.WithTimeout(ctx, q.timeout(t))
+	defer hcancel()
+	return call(hctx, func(ctx context.Context) error { return t.Handler(ctx, d) })
+}
+
+// settle writes the outcome of a handler that ran under a durable lease.
+func (q *queueWorker) settle(ctx context.Context, d *Delivery, fence store.Fence, t EffectType, err error, handlerDone func()) {
 	if err != nil {
 		q.fail(ctx, d, fence, t.ReplaySafe, err)
 		return
@@ -183,7 +225,7 @@ func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store
 		q.completeBatched(ctx, d, fence)
 		return
 	}
-	q.completeTx(ctx, d, fence, t.ReplaySafe, nil, timeout)
+	q.completeTx(ctx, d, fence, t.ReplaySafe, nil, q.timeout(t))
 }
 
 // call runs fn, turning a panic into an error.

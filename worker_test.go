@@ -71,50 +71,68 @@ func TestOutcomes(t *testing.T) {
 		{"unsafe", "ambiguous", 1, "reconciliation_required", 1, true, 0},
 	}
 	for _, tc := range cases {
-		t.Run(fmt.Sprintf("%s_%s_max%d", tc.typ, tc.do, tc.maxAttempts), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			var calls atomic.Int64
-			c := b.startClient(t, pgoutbox.Config{
-				Queues:     map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2}},
-				Types:      outcomeTypes(&calls),
-				BackoffCap: time.Hour, // real backoff: the effect must not be retried during the test
+		for _, mode := range leaseModes {
+			t.Run(fmt.Sprintf("%s_%s_%s_max%d", mode.name, tc.typ, tc.do, tc.maxAttempts), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t)
+				var calls atomic.Int64
+				c := b.startClient(t, pgoutbox.Config{
+					Queues:     map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, RowLockLease: mode.hold}},
+					Types:      outcomeTypes(&calls),
+					BackoffCap: time.Hour, // real backoff: the effect must not be retried during the test
+				})
+				events := watch(t, c)
+				id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: tc.typ, Key: "k", MaxAttempts: tc.maxAttempts,
+					Payload: map[string]any{"do": tc.do}})[0]
+				b.waitEvent(t, events, id, tc.state)
+				r := b.row(t, id)
+				if r.State != tc.state || r.Attempts != tc.attempts {
+					t.Fatalf("state %s attempts %d, want %s %d", r.State, r.Attempts, tc.state, tc.attempts)
+				}
+				if (r.Started != nil) != tc.started {
+					t.Fatalf("delivery_started_at set = %v, want %v", r.Started != nil, tc.started)
+				}
+				if r.Token != nil || r.Expires != nil {
+					t.Fatal("lease not cleared")
+				}
+				if tc.minDelay > 0 && r.AvailableIn < tc.minDelay {
+					t.Fatalf("available in %.2fs, want at least %.1fs", r.AvailableIn, tc.minDelay)
+				}
+				if tc.state != "completed" && (r.LastError == nil || *r.LastError == "") {
+					t.Fatal("last_error not recorded")
+				}
+				// A retried effect may legitimately run again once its backoff
+				// passes; every other outcome must have called the handler once.
+				if tc.state != "available" && calls.Load() != 1 {
+					t.Fatalf("handler called %d times, want 1", calls.Load())
+				}
 			})
-			events := watch(t, c)
-			id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: tc.typ, Key: "k", MaxAttempts: tc.maxAttempts,
-				Payload: map[string]any{"do": tc.do}})[0]
-			b.waitEvent(t, events, id, tc.state)
-			r := b.row(t, id)
-			if r.State != tc.state || r.Attempts != tc.attempts {
-				t.Fatalf("state %s attempts %d, want %s %d", r.State, r.Attempts, tc.state, tc.attempts)
-			}
-			if (r.Started != nil) != tc.started {
-				t.Fatalf("delivery_started_at set = %v, want %v", r.Started != nil, tc.started)
-			}
-			if r.Token != nil || r.Expires != nil {
-				t.Fatal("lease not cleared")
-			}
-			if tc.minDelay > 0 && r.AvailableIn < tc.minDelay {
-				t.Fatalf("available in %.2fs, want at least %.1fs", r.AvailableIn, tc.minDelay)
-			}
-			if tc.state != "completed" && (r.LastError == nil || *r.LastError == "") {
-				t.Fatal("last_error not recorded")
-			}
-			// A retried effect may legitimately run again once its backoff
-			// passes; every other outcome must have called the handler once.
-			if tc.state != "available" && calls.Load() != 1 {
-				t.Fatalf("handler called %d times, want 1", calls.Load())
-			}
+		}
+	}
+}
+
+// leaseModes runs a test under durable leases and under row-lock leases
+// (QueueConfig.RowLockLease): the outcomes must not differ.
+var leaseModes = []struct {
+	name string
+	hold time.Duration
+}{{"durable", 0}, {"rowlock", 5 * time.Second}}
+
+func TestRetryThenSuccessAndDeadLetterAtExactlyMaxAttempts(t *testing.T) {
+	t.Parallel()
+	for _, mode := range leaseModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testRetryThenSuccess(t, mode.hold)
 		})
 	}
 }
 
-func TestRetryThenSuccessAndDeadLetterAtExactlyMaxAttempts(t *testing.T) {
-	t.Parallel()
+func testRetryThenSuccess(t *testing.T, hold time.Duration) {
 	b := setup(t)
 	var flakyCalls, poisonCalls atomic.Int64
 	c := b.startClient(t, pgoutbox.Config{
-		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 4}},
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 4, RowLockLease: hold}},
 		Types: []pgoutbox.EffectType{
 			{Name: "flaky", ReplaySafe: true, Handler: func(context.Context, *pgoutbox.Delivery) error {
 				if flakyCalls.Add(1) < 3 {
@@ -381,9 +399,11 @@ func TestConfigValidation(t *testing.T) {
 	b := setup(t)
 	h := func(context.Context, *pgoutbox.Delivery) error { return nil }
 	for name, cfg := range map[string]pgoutbox.Config{
-		"timeout over lease": {LeaseDuration: 5 * time.Second, Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: 5 * time.Second}}},
-		"duplicate type":     {Types: []pgoutbox.EffectType{{Name: "a", Handler: h}, {Name: "a", Handler: h}}},
-		"no handler":         {Types: []pgoutbox.EffectType{{Name: "a"}}},
+		"timeout over lease":    {LeaseDuration: 5 * time.Second, Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: 5 * time.Second}}},
+		"duplicate type":        {Types: []pgoutbox.EffectType{{Name: "a", Handler: h}, {Name: "a", Handler: h}}},
+		"no handler":            {Types: []pgoutbox.EffectType{{Name: "a"}}},
+		"row lock over timeout": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Second, RowLockLease: time.Second}}},
+		"negative row lock":     {Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: -time.Second}}},
 		"both handlers": {Types: []pgoutbox.EffectType{{Name: "a", Handler: h,
 			TxHandler: func(context.Context, pgx.Tx, *pgoutbox.Delivery) error { return nil }}}},
 	} {

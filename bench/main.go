@@ -75,7 +75,7 @@ func parseFlags(args []string) (*options, error) {
 	var systems, scens string
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D] is a pgoutbox variant")
+	fs.StringVar(&systems, "systems", "river,pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D] is a pgoutbox variant")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -98,6 +98,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pg.claimBatch, "pg-claim-batch", 1000, "pgoutbox QueueConfig.ClaimBatch (capped at -workers)")
 	fs.IntVar(&o.pg.completionBatch, "pg-completion-batch", 0, "pgoutbox Config.CompletionBatch (0: engine default)")
 	fs.DurationVar(&o.pg.poll, "pg-poll", 0, "pgoutbox Config.PollInterval (0: engine default)")
+	fs.DurationVar(&o.pg.rowLock, "pg-row-lock", 0, "pgoutbox QueueConfig.RowLockLease (0: durable leases)")
 	fs.IntVar(&o.pg.clients, "pg-clients", 1, "pgoutbox Clients per process on the same queue (each has its own claim loop); -workers is split between them")
 	fs.BoolVar(&o.xNoNotify, "x-pg-no-notify", false, "experiment: disable pgoutbox's NOTIFY-per-enqueuing-transaction trigger (workers then poll every -pg-poll)")
 	fs.StringVar(&o.createDB, "create-db", "", "create (or recreate) this database with pgoutbox's migrations, print its DSN and exit (for bench/sql/lifecycle.sh)")
@@ -150,8 +151,10 @@ func (o *options) system(name string) (system, error) {
 					knobs.completionBatch, err = strconv.Atoi(v)
 				case "poll":
 					knobs.poll, err = time.ParseDuration(v)
+				case "row-lock":
+					knobs.rowLock, err = time.ParseDuration(v)
 				default:
-					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll)", k)
+					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock)", k)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("system %s: %w", name, err)

@@ -67,6 +67,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 			"-pg-completion-batch", strconv.Itoa(e.o.pg.completionBatch),
 			"-pg-poll", e.o.pg.poll.String(),
 			"-pg-clients", "1",
+			"-pg-row-lock", e.o.pg.rowLock.String(),
 		}
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Stderr = os.Stderr

@@ -171,22 +171,31 @@ type Claimed struct {
 	DeliveryStartedAt *time.Time
 }
 
-const claimSQL = `
-WITH next AS (
-    SELECT id FROM pgoutbox.effects
+// claimableSQL picks the head of a queue's available effects, locking them
+// and skipping rows another claimer holds. $1 queue, $2 limit.
+const claimableSQL = `
+    FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
     ORDER BY available_at, id
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
+    FOR UPDATE SKIP LOCKED`
+
+// leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
+// $4 lease seconds, $5 added to attempts.
+const leaseSQL = `
 UPDATE pgoutbox.effects e
 SET state = 'leased', attempts = e.attempts + $5::int, lease_owner = $3,
     lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $4)
 FROM next
-WHERE e.id = next.id
-RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
+WHERE e.id = next.id AND e.state = 'available'
+RETURNING ` + claimedColumns
+
+// claimedColumns is what every claim returns, in Claimed's scan order.
+const claimedColumns = `e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
     e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at`
+
+const claimSQL = `WITH next AS (SELECT id ` + claimableSQL + `)` + leaseSQL
 
 // Claim leases up to limit available effects of a queue, oldest
 // (available_at, id) first, skipping rows another claimer holds.
@@ -201,6 +210,10 @@ func claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease t
 	if err != nil {
 		return nil, MapError(err)
 	}
+	return scanClaimed(rows)
+}
+
+func scanClaimed(rows pgx.Rows) ([]Claimed, error) {
 	defer rows.Close()
 	var out []Claimed
 	for rows.Next() {
@@ -217,6 +230,60 @@ func claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease t
 		out = append(out, c)
 	}
 	return out, MapError(rows.Err())
+}
+
+const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts + 1, e.max_attempts,
+    '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
+    e.delivery_started_at` + claimableSQL
+
+// LockClaim is the claim of a row-lock lease: inside tx it locks up to limit
+// available effects of a queue (oldest first, skipping rows another claimer
+// holds) and writes nothing. The lease is the row lock: it lasts as long as
+// tx, and the server ends tx if it sits idle for idle (a frozen worker).
+// Attempt is the attempt a delivery would be; Token is zero.
+func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle time.Duration) ([]Claimed, error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
+		fmt.Sprintf("%dms", idle.Milliseconds()))
+	b.Queue(lockClaimSQL, queue, limit)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, MapError(err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, MapError(err)
+	}
+	return scanClaimed(rows)
+}
+
+const promoteSQL = `WITH next AS (SELECT id FROM unnest($1::bigint[]) AS id LIMIT $2)` + leaseSQL
+
+// Promote turns row-locked effects (LockClaim, same tx) into durable leases
+// owned by owner, counting an attempt, so they survive the end of tx.
+func Promote(ctx context.Context, tx pgx.Tx, ids []int64, owner string, lease time.Duration) ([]Claimed, error) {
+	rows, err := tx.Query(ctx, promoteSQL, ids, len(ids), owner, lease.Seconds(), 1)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	return scanClaimed(rows)
+}
+
+const completeLockedSQL = `
+UPDATE pgoutbox.effects e
+SET state = 'completed', attempts = e.attempts + 1, completed_at = now(), last_error = NULL
+WHERE e.id = ANY($1) AND e.state = 'available'
+RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8`
+
+// CompleteLocked completes row-locked effects (LockClaim, same tx), counting
+// their attempt: one write per effect over its whole delivery.
+func CompleteLocked(ctx context.Context, tx pgx.Tx, ids []int64) (Completed, error) {
+	rows, err := tx.Query(ctx, completeLockedSQL, ids)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	return scanCompleted(rows, len(ids))
 }
 
 // Fence identifies a lease: the effect, its token and its expected type.
@@ -273,8 +340,12 @@ func Complete(ctx context.Context, db DBTX, fences []Fence) (Completed, error) {
 	if err != nil {
 		return nil, MapError(err)
 	}
+	return scanCompleted(rows, len(fences))
+}
+
+func scanCompleted(rows pgx.Rows, n int) (Completed, error) {
 	defer rows.Close()
-	out := make(Completed, len(fences))
+	out := make(Completed, n)
 	for rows.Next() {
 		var id int64
 		var lag float64

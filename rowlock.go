@@ -1,0 +1,248 @@
+package pgoutbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// Row-lock leases (QueueConfig.RowLockLease).
+//
+// A queue in this mode claims with a SELECT … FOR UPDATE SKIP LOCKED inside a
+// transaction it keeps open, and writes nothing at claim: the row lock is the
+// lease, and no other claimer, sweeper or operator command can move a locked
+// row. The replay-safe effects of the batch are delivered while the
+// transaction is open; the batch closes when all of them have returned or
+// when RowLockLease has passed, whichever comes first. Closing is one
+// transaction: an UPDATE completes every effect whose handler succeeded
+// (available → completed, one tuple write over the effect's whole delivery,
+// where a durable lease costs two), another promotes every other row of the
+// batch (a handler still running, a failure, a success with OnComplete
+// transitions, a type that may not run under a row lock) to an ordinary
+// durable lease, and the commit. From there those effects follow the durable
+// path (fenced completion, failure routing, lease extension, sweeper).
+//
+// The fence is the lock itself: the completion runs in the transaction that
+// holds it, so if the lock was lost (connection or server gone, the server's
+// idle-in-transaction timeout) the commit fails and nothing is written; the
+// effects are still available and will be delivered again (at-least-once,
+// which is why only replay-safe types run under a row lock). An effect whose
+// worker dies during the hold has no attempt counted.
+
+// lockBatch is one open claim transaction of a queue in row-lock mode.
+type lockBatch struct {
+	q     *queueWorker
+	tx    pgx.Tx
+	timer *time.Timer
+
+	mu      sync.Mutex
+	pending int             // in-transaction deliveries still running, +1 while starting
+	closing bool            // close has begun: nothing more joins done
+	done    []*Delivery     // succeeded: completed by the closing UPDATE
+	promote []int64         // to become durable leases at close
+	running map[int64]*inTx // in-transaction deliveries whose handler has not returned
+	waiting []store.Claimed // rows that may not run under a row lock, delivered after close
+	closed  chan struct{}   // closed once the close committed or failed
+	leases  map[int64]store.Claimed
+}
+
+// inTx is one in-transaction delivery.
+type inTx struct {
+	d      *Delivery
+	cancel context.CancelCauseFunc
+}
+
+// rowLockable reports whether an effect of type name may be delivered under
+// a row lock: a registered, replay-safe, external (non-Tx) handler.
+func (q *queueWorker) rowLockable(name string) (EffectType, bool) {
+	t, ok := q.c.types[name]
+	return t, ok && t.ReplaySafe && t.Handler != nil && t.TxHandler == nil
+}
+
+// maxOpenBatches bounds the claim transactions a queue keeps open, each
+// holding a pool connection: half the pool, at least one.
+func (q *queueWorker) maxOpenBatches() int64 {
+	return max(1, int64(q.c.pool.Config().MaxConns)/2)
+}
+
+// lockClaim claims up to want effects in a new row-lock batch and starts
+// their deliveries. It returns how many rows it locked.
+func (q *queueWorker) lockClaim(ctx context.Context, want int) (int, error) {
+	tx, err := q.c.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	claimed, err := store.LockClaim(ctx, tx, q.name, want, q.c.cfg.LeaseDuration)
+	if err != nil || len(claimed) == 0 {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return 0, err
+	}
+	b := &lockBatch{
+		q: q, tx: tx, pending: 1,
+		running: make(map[int64]*inTx, len(claimed)),
+		closed:  make(chan struct{}),
+	}
+	q.openBatches.Add(1)
+	q.c.deliveries.Add(1) // the batch itself: Stop waits for its close
+	q.inflight.Add(int64(len(claimed)))
+	b.mu.Lock()
+	for _, cl := range claimed {
+		t, ok := q.rowLockable(cl.Type)
+		if !ok {
+			b.waiting = append(b.waiting, cl)
+			b.promote = append(b.promote, cl.ID)
+			continue
+		}
+		q.c.m.claimed.WithLabelValues(q.name).Inc()
+		q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
+		dctx, cancel := context.WithCancelCause(q.c.workCtx)
+		it := &inTx{d: newDelivery(cl), cancel: cancel}
+		b.running[cl.ID] = it
+		b.pending++
+		q.c.deliveries.Add(1)
+		go b.deliver(dctx, cl, t, it)
+	}
+	b.timer = time.AfterFunc(q.cfg.RowLockLease, b.close)
+	b.mu.Unlock()
+	b.release()
+	return len(claimed), nil
+}
+
+// release drops one pending count and closes the batch when it was the last.
+func (b *lockBatch) release() {
+	b.mu.Lock()
+	b.pending--
+	last := b.pending == 0 && !b.closing
+	b.mu.Unlock()
+	if last {
+		b.close()
+	}
+}
+
+func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType, it *inTx) {
+	q := b.q
+	defer q.c.deliveries.Done()
+	defer it.cancel(nil)
+	slotFreed := false
+	freeSlot := func() {
+		if !slotFreed {
+			slotFreed = true
+			q.inflight.Add(-1)
+			signal(q.freed)
+		}
+	}
+	defer freeSlot()
+	err := q.handle(ctx, t, it.d)
+	b.mu.Lock()
+	delete(b.running, cl.ID)
+	if !b.closing {
+		if err == nil && len(it.d.onComplete) == 0 {
+			b.done = append(b.done, it.d)
+			b.mu.Unlock()
+			freeSlot()
+			b.release()
+			return
+		}
+		b.promote = append(b.promote, cl.ID)
+	}
+	b.mu.Unlock()
+	b.release()
+	// A failure, a success with transitions, or a handler that outlived the
+	// hold: it continues under the durable lease the close gave it.
+	<-b.closed
+	lease, ok := b.leases[cl.ID]
+	if !ok {
+		q.leaseLost(it.d, "row-lock lease")
+		return
+	}
+	it.d.Attempt, it.d.LeaseToken = lease.Attempt, lease.Token.String()
+	fence := store.Fence{ID: cl.ID, Token: lease.Token, Type: cl.Type}
+	q.mu.Lock()
+	q.held[cl.ID] = &held{fence: fence, cancel: it.cancel}
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		delete(q.held, cl.ID)
+		q.mu.Unlock()
+	}()
+	q.settle(ctx, it.d, fence, t, err, freeSlot)
+}
+
+// close completes the succeeded effects, promotes every other row of the
+// batch to a durable lease, and commits; it runs once.
+func (b *lockBatch) close() {
+	q := b.q
+	b.mu.Lock()
+	if b.closing {
+		b.mu.Unlock()
+		return
+	}
+	b.closing = true
+	b.timer.Stop()
+	done, promote := b.done, b.promote
+	for id := range b.running {
+		promote = append(promote, id)
+	}
+	b.mu.Unlock()
+
+	ctx, cancel := finishCtx(q.c.workCtx)
+	defer cancel()
+	var completed store.Completed
+	var leases []store.Claimed
+	var err error
+	if len(done) > 0 {
+		ids := make([]int64, len(done))
+		for i, d := range done {
+			ids[i] = d.ID
+		}
+		completed, err = store.CompleteLocked(ctx, b.tx, ids)
+	}
+	if err == nil && len(promote) > 0 {
+		leases, err = store.Promote(ctx, b.tx, promote, q.c.cfg.ID, q.c.cfg.LeaseDuration)
+	}
+	if err == nil {
+		err = b.tx.Commit(ctx)
+	}
+	if err != nil {
+		_ = b.tx.Rollback(ctx)
+		q.c.log.Error("row-lock batch did not commit; its effects stay available and will be delivered again",
+			"queue", q.name, "effects", len(done)+len(promote), "err", err)
+		completed, leases = nil, nil
+	}
+	b.leases = make(map[int64]store.Claimed, len(leases))
+	for _, l := range leases {
+		b.leases[l.ID] = l
+	}
+	b.mu.Lock()
+	for id, it := range b.running {
+		if l, ok := b.leases[id]; ok {
+			// Still running: extended with the other durable leases from now on.
+			q.mu.Lock()
+			q.held[id] = &held{fence: store.Fence{ID: id, Token: l.Token, Type: it.d.Type}, cancel: it.cancel}
+			q.mu.Unlock()
+		} else {
+			it.cancel(ErrLeaseLost)
+		}
+	}
+	b.mu.Unlock()
+	close(b.closed)
+
+	for _, d := range done {
+		// A batch that did not commit lost its locks, i.e. its leases.
+		lag, ok := completed[d.ID]
+		q.recordCompletion(ctx, d, ok, lag, nil)
+	}
+	for _, cl := range b.waiting {
+		q.inflight.Add(-1)
+		if l, ok := b.leases[cl.ID]; ok {
+			q.start(l)
+		}
+	}
+	q.openBatches.Add(-1)
+	signal(q.freed)
+	q.c.deliveries.Done()
+}

@@ -1,0 +1,167 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+// A row-lock queue completes a replay-safe effect with one write: the row
+// goes from available to completed and never carries a durable lease.
+func TestRowLockCompletesWithoutDurableLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	c := b.startClient(t, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 50, ClaimBatch: 20, RowLockLease: 5 * time.Second}},
+		Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(context.Context, *pgoutbox.Delivery) error {
+			calls.Add(1)
+			return nil
+		}}},
+	})
+	events := watch(t, c)
+	effects := make([]pgoutbox.Effect, 500)
+	for i := range effects {
+		effects[i] = pgoutbox.Effect{Queue: "q", Type: "safe", Key: fmt.Sprint(i)}
+	}
+	ids := b.enqueue(t, effects...)
+	for _, id := range ids {
+		b.waitEvent(t, events, id, "completed")
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND attempts = 1
+		AND leased_at IS NULL AND lease_owner IS NULL AND completed_at IS NOT NULL`); n != 500 {
+		t.Fatalf("%d effects completed by one write with one attempt, want 500", n)
+	}
+	if calls.Load() != 500 {
+		t.Fatalf("handler called %d times, want 500", calls.Load())
+	}
+}
+
+// A handler that outlives the hold is promoted to a durable lease when the
+// batch closes, while the rest of its batch completes; it then completes
+// through the fenced path.
+func TestRowLockStragglerIsPromoted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	c := b.startClient(t, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 10, RowLockLease: 100 * time.Millisecond}},
+		Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+			if d.Key == "slow" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}}},
+	})
+	events := watch(t, c)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "slow"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "a"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "b"},
+	)
+	b.waitEvent(t, events, ids[1], "completed")
+	b.waitEvent(t, events, ids[2], "completed")
+	// The others' completion committed with the straggler's promotion.
+	if r := b.row(t, ids[0]); r.State != "leased" || r.Token == nil || r.Attempts != 1 {
+		t.Fatalf("straggler after its batch closed: %+v, want leased with attempt 1", r)
+	}
+	close(release)
+	b.waitEvent(t, events, ids[0], "completed")
+	if r := b.row(t, ids[0]); r.State != "completed" || r.Attempts != 1 || r.Token != nil {
+		t.Fatalf("straggler: %+v, want completed with attempt 1", r)
+	}
+}
+
+// When the claim transaction's connection dies, the lock (the lease) is gone:
+// the effect is delivered again, and the first delivery's completion writes
+// nothing (its commit fails) and reports the lease lost.
+func TestRowLockLostConnectionRedelivers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	c := b.startClient(t, pgoutbox.Config{
+		PollInterval: 50 * time.Millisecond,
+		Queues:       map[string]pgoutbox.QueueConfig{"q": {Concurrency: 10, RowLockLease: 20 * time.Second}},
+		Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+			if calls.Add(1) == 1 {
+				close(started)
+				<-release
+			}
+			return nil
+		}}},
+	})
+	events := watch(t, c)
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: "k"})[0]
+	<-started
+	if n := b.scalar(t, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND state = 'idle in transaction'`); n != 1 {
+		close(release)
+		t.Fatalf("terminated %d claim transactions, want 1", n)
+	}
+	b.waitEvent(t, events, id, "completed")
+	if r := b.row(t, id); r.State != "completed" || r.Attempts != 1 {
+		t.Fatalf("after redelivery: %+v, want completed with attempt 1", r)
+	}
+	before := b.rowJSON(t, id)
+	close(release)
+	if e := b.waitEvent(t, events, id, ""); e.Outcome != pgoutbox.OutcomeLeaseLost {
+		t.Fatalf("first delivery's outcome %s, want lease_lost", e.Outcome)
+	}
+	if after := b.rowJSON(t, id); after != before {
+		t.Fatalf("the lost batch wrote to the row:\n%s\n%s", before, after)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("handler called %d times, want 2", calls.Load())
+	}
+}
+
+// Stop with no grace: a replay-safe effect interrupted under a row lock is
+// available again at once, a non-replay-safe one in the same queue (which
+// always takes a durable lease) goes to reconciliation_required.
+func TestRowLockGracefulStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan int64, 2)
+	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{
+			"safe":   {Concurrency: 2, RowLockLease: 10 * time.Second},
+			"unsafe": {Concurrency: 2, RowLockLease: 10 * time.Second},
+		},
+		Types: []pgoutbox.EffectType{
+			{Name: "safe", ReplaySafe: true, Handler: blockUntilDone(started)},
+			{Name: "unsafe", Handler: blockUntilDone(started)},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "safe", Type: "safe", Key: "a"}, pgoutbox.Effect{Queue: "unsafe", Type: "unsafe", Key: "b"})
+	<-started
+	<-started
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	if err := c.Stop(ctx); err == nil {
+		t.Fatal("Stop with an expired context must report interrupted deliveries")
+	}
+	if r := b.row(t, ids[0]); r.State != "available" || r.AvailableIn > 0.5 {
+		t.Fatalf("replay-safe effect after stop: %+v, want available now", r)
+	}
+	if r := b.row(t, ids[1]); r.State != "reconciliation_required" || r.Started == nil {
+		t.Fatalf("started dispatch after stop: %+v, want reconciliation_required", r)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`); n != 0 {
+		t.Fatalf("%d claim transactions left open after Stop", n)
+	}
+}
