@@ -37,6 +37,7 @@ type benchOptions struct {
 	concurrency     int
 	claimBatch      int
 	clients         int
+	rowLock         time.Duration
 	sustained       time.Duration
 	producers       int
 	producerBatch   int
@@ -61,6 +62,8 @@ type benchConfig struct {
 	Concurrency  int `json:"concurrency"`
 	ClaimBatch   int `json:"claim_batch"`
 	Clients      int `json:"clients"`
+	// RowLockLease is QueueConfig.RowLockLease ("0s": durable leases).
+	RowLockLease string `json:"row_lock_lease"`
 }
 
 type benchDrain struct {
@@ -116,6 +119,7 @@ with River is the bench/ module (docs/benchmarks.md).`,
 	f.IntVar(&o.concurrency, "concurrency", 2000, "deliveries in flight (QueueConfig.Concurrency, split between --clients)")
 	f.IntVar(&o.claimBatch, "claim-batch", 500, "QueueConfig.ClaimBatch")
 	f.IntVar(&o.clients, "clients", 2, "Clients on the queue in this process (each has its own claim loop)")
+	f.DurationVar(&o.rowLock, "row-lock", 0, "QueueConfig.RowLockLease: lease by the claim transaction's row lock for up to this long (0: durable leases, the engine default)")
 	f.DurationVar(&o.sustained, "sustained", 10*time.Second, "sustained: how long producers enqueue (0 skips)")
 	f.IntVar(&o.producers, "producers", 4, "sustained: producer connections")
 	f.IntVar(&o.producerBatch, "producer-batch", 100, "sustained: effects per producer transaction")
@@ -157,6 +161,7 @@ func runBench(ctx context.Context, g *globals, o *benchOptions) error {
 	defer b.cleanup()
 	rep := &benchReport{Queue: b.queue, Config: benchConfig{
 		Effects: o.effects, PayloadBytes: o.payloadBytes, Concurrency: o.concurrency, ClaimBatch: o.claimBatch, Clients: o.clients,
+		RowLockLease: o.rowLock.String(),
 	}}
 	if rep.Drain, err = b.drain(ctx); err != nil {
 		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("bench drain: %w", err)}
@@ -251,7 +256,7 @@ func (b *bencher) start(ctx context.Context, onStart func(id int64)) (*benchClie
 			conc++
 		}
 		c, err := pgoutbox.NewClient(b.workers, pgoutbox.Config{
-			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1))}},
+			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1)), RowLockLease: b.o.rowLock}},
 			Types:         []pgoutbox.EffectType{{Name: "bench.noop", ReplaySafe: true, Handler: handler}},
 			Logger:        b.g.logger(),
 			PruneInterval: -1,
@@ -582,8 +587,8 @@ func benchIsTerminal(w io.Writer) bool {
 }
 
 func printBench(w io.Writer, r *benchReport) {
-	fmt.Fprintf(w, "pgoutbox bench: %d effects of %d bytes, concurrency %d, claim batch %d, %d client(s)\n\n",
-		r.Config.Effects, r.Config.PayloadBytes, r.Config.Concurrency, r.Config.ClaimBatch, r.Config.Clients)
+	fmt.Fprintf(w, "pgoutbox bench: %d effects of %d bytes, concurrency %d, claim batch %d, %d client(s), row-lock lease %s\n\n",
+		r.Config.Effects, r.Config.PayloadBytes, r.Config.Concurrency, r.Config.ClaimBatch, r.Config.Clients, r.Config.RowLockLease)
 	d := r.Drain
 	fmt.Fprintf(w, "drain       %8.0f effects/s (%.1fs; backlog inserted at %.0f effects/s)\n", d.EffectsPerSecond, d.Seconds, d.InsertEffectsPerSecond)
 	fmt.Fprintf(w, "            WAL %.0f B/effect insert + %.0f B/effect claim+complete (server-wide); CPU %.2f s/10k effects (this process)\n",
