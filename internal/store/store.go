@@ -76,22 +76,12 @@ type NewEffect struct {
 }
 
 const insertSQL = `
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
-        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, ord)
-), inserted AS (
-    INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, max_attempts, available_at)
-    SELECT queue, effect_type, idempotency_key, payload, max_attempts, coalesce(available_at, now())
-    FROM input ORDER BY ord
-    ON CONFLICT (queue, idempotency_key) DO NOTHING
-    RETURNING id, queue, idempotency_key
-)
-SELECT input.ord, coalesce(inserted.id, existing.id) AS id, inserted.id IS NOT NULL AS created
-FROM input
-LEFT JOIN inserted ON inserted.queue = input.queue AND inserted.idempotency_key = input.idempotency_key
-LEFT JOIN pgoutbox.effects existing ON inserted.id IS NULL
-    AND existing.queue = input.queue AND existing.idempotency_key = input.idempotency_key
-ORDER BY input.ord`
+INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, max_attempts, available_at)
+SELECT queue, effect_type, idempotency_key, payload, max_attempts, coalesce(available_at, now())
+FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
+    AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at)
+ON CONFLICT (queue, idempotency_key) DO NOTHING
+RETURNING id, queue, idempotency_key`
 
 // Inserted is the outcome of one NewEffect.
 type Inserted struct {
@@ -111,50 +101,66 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
 		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
 	}
+	type qk struct{ queue, key string }
+	created := make(map[qk]int64, n)
 	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail)
 	if err != nil {
 		return nil, MapError(err)
 	}
-	out := make([]Inserted, 0, n)
-	for rows.Next() {
-		var ord int64
-		var ins Inserted
-		var id *int64
-		if err := rows.Scan(&ord, &id, &ins.Created); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if id != nil {
-			ins.ID = *id
-		}
-		out = append(out, ins)
-	}
-	if err := rows.Err(); err != nil {
+	var id int64
+	var k qk
+	_, err = pgx.ForEachRow(rows, []any{&id, &k.queue, &k.key}, func() error {
+		created[k] = id
+		return nil
+	})
+	if err != nil {
 		return nil, MapError(err)
 	}
-	// A key repeated inside the batch joins the one row the statement
-	// inserted: only its first occurrence counts as created.
-	first := make(map[[2]string]int, n)
+	out := make([]Inserted, n)
+	var missQ, missK []string
 	for i := range out {
-		k := [2]string{queues[i], keys[i]}
-		if j, ok := first[k]; ok {
-			out[i] = Inserted{ID: out[j].ID}
+		k := qk{queues[i], keys[i]}
+		if id, ok := created[k]; ok {
+			out[i] = Inserted{ID: id, Created: true}
+			delete(created, k) // a repeat of the key later in the batch created nothing
 			continue
 		}
-		first[k] = i
-		if out[i].ID == 0 {
-			// The conflicting row was committed by a concurrent transaction
-			// after this statement's snapshot: ON CONFLICT waited for it, and
-			// a fresh statement sees it.
-			if err := db.QueryRow(ctx, lookupSQL, queues[i], keys[i]).Scan(&out[i].ID); err != nil {
-				return nil, MapError(err)
-			}
+		missQ, missK = append(missQ, k.queue), append(missK, k.key)
+	}
+	if len(missQ) == 0 {
+		return out, nil
+	}
+	// Keys that existed already, or repeated in the batch: a fresh
+	// statement also sees a row a concurrent transaction committed after
+	// the insert's snapshot (ON CONFLICT waited for it).
+	existing := make(map[qk]int64, len(missQ))
+	rows, err = db.Query(ctx, lookupSQL, missQ, missK)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&id, &k.queue, &k.key}, func() error {
+		existing[k] = id
+		return nil
+	})
+	if err != nil {
+		return nil, MapError(err)
+	}
+	for i := range out {
+		if out[i].ID != 0 {
+			continue
 		}
+		k := qk{queues[i], keys[i]}
+		id, ok := existing[k]
+		if !ok {
+			return nil, fmt.Errorf("store: effect %q in queue %q conflicts with a row this transaction cannot see", k.key, k.queue)
+		}
+		out[i].ID = id
 	}
 	return out, nil
 }
 
-const lookupSQL = `SELECT id FROM pgoutbox.effects WHERE queue = $1 AND idempotency_key = $2`
+const lookupSQL = `SELECT e.id, e.queue, e.idempotency_key FROM pgoutbox.effects e
+JOIN unnest($1::text[], $2::text[]) AS k(queue, idempotency_key) USING (queue, idempotency_key)`
 
 // Claimed is a leased effect handed to a worker.
 type Claimed struct {
