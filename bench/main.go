@@ -31,10 +31,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 type options struct {
 	dsn              string
+	local            string
 	rounds           int
 	systems          []string
 	scenarios        []string
@@ -74,8 +77,9 @@ func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var systems, scens string
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
+	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster; stop it with pgoutbox embedded stop --dir)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D] is a pgoutbox variant")
+	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D] is a pgoutbox variant")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -228,13 +232,23 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown scenario %q", name)
 		}
 	}
+	if o.local != "" {
+		dsn, err := pgtest.EnsureLocal(ctx, o.local, nil)
+		if err != nil {
+			return err
+		}
+		o.dsn = dsn
+	}
 	admin, err := openPool(ctx, o.dsn, 2)
 	if err != nil {
 		return fmt.Errorf("admin connection: %w", err)
 	}
 	defer admin.Close()
-	var version string
+	var version, settings string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
+	_ = admin.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name) FROM pg_settings
+		WHERE name IN ('autovacuum', 'fsync', 'synchronous_commit', 'shared_buffers', 'max_wal_size', 'commit_delay')`).Scan(&settings)
+	fmt.Fprintf(stderr, "server settings: %s\n", settings)
 	fmt.Fprintf(stderr, "PostgreSQL %s, %d CPUs, %s; %d round(s)\n", version, runtime.NumCPU(), runtime.Version(), o.rounds)
 
 	// results[scenario][system] = one result per round (nil when it failed).
@@ -270,6 +284,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "total %s\n", time.Since(began).Round(time.Second))
 	fmt.Fprintf(stdout, "PostgreSQL %s, %d CPUs, %s, load average before %s, after %s; %d round(s), %s\n",
 		version, runtime.NumCPU(), runtime.Version(), load0, loadAvg(), o.rounds, time.Since(began).Round(time.Second))
+	fmt.Fprintf(stdout, "server settings: %s\n", settings)
 	fmt.Fprintf(stdout, "flags: %s\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(stdout, "pgoutbox: Concurrency %d, ClaimBatch %d, Clients %d, CompletionBatch %s, PollInterval %s; pools: workers %d, producers %d conns\n",
 		o.workers, min(o.pg.claimBatch, o.workers), max(1, o.pg.clients), orDefault(o.pg.completionBatch), orDefault(o.pg.poll), o.poolConns, o.producerConns)
