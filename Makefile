@@ -25,9 +25,13 @@ test-deps:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
-## bench: River and pgoutbox side by side (bench/, ~10 min), then the NATS relay benchmarks; DATABASE_URL may CREATE DATABASE
-bench:
-	cd bench && $(GO) run . $(BENCHFLAGS)
+## bench: River and pgoutbox side by side (bench/, ~15 min) on a PostgreSQL with default settings under .pgoutbox-bench
+## (stopped afterwards; DATABASE_URL: that server instead, which may CREATE DATABASE), then the NATS relay benchmarks
+BENCH_PG ?= $(CURDIR)/.pgoutbox-bench
+bench: build
+	./scripts/test-deps postgres
+	cd bench && $(GO) run . $(if $(DATABASE_URL),,-local $(BENCH_PG)) $(BENCHFLAGS)
+	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./target/nats
 
 ## build: the pgoutbox binary in ./bin

@@ -77,7 +77,7 @@ func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var systems, scens string
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
-	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster; stop it with pgoutbox embedded stop --dir)")
+	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
 	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D] is a pgoutbox variant")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
