@@ -46,6 +46,17 @@
 // Claims take up to the free slots of a queue in one statement; completions
 // of many deliveries are group-committed in one statement; leases of all
 // in-flight deliveries are extended in one statement every LeaseDuration/3.
+// A queue with QueueConfig.RowLockLease leases its replay-safe effects by the
+// row lock of the claim transaction instead of a durable lease: the claim
+// writes nothing, and an effect whose handler returns within RowLockLease is
+// completed in that same transaction, one tuple write (available →
+// completed) instead of two. Whatever has not finished by then (a slow
+// handler, a failure, OnComplete transitions, a type that is not replay-safe)
+// is promoted to an ordinary durable lease in the closing transaction. The
+// lock is the fence: if it is lost the commit fails, nothing is written and
+// the effect is delivered again. A worker that dies during the hold has no
+// attempt counted. docs/benchmarks.md measures both modes.
+//
 // Workers wake on LISTEN/NOTIFY (one notification per transaction and queue,
 // raised by a statement trigger) with a polling fallback and a catch-up claim
 // after every reconnect.

@@ -26,6 +26,7 @@ const (
 	childDSN    = "PGOUTBOX_TEST_CHILD_DSN"
 	childLog    = "PGOUTBOX_TEST_CHILD_LOG"
 	childConcur = "PGOUTBOX_TEST_CHILD_CONCURRENCY"
+	childHold   = "PGOUTBOX_TEST_CHILD_ROW_LOCK" // QueueConfig.RowLockLease
 )
 
 // childMain is a worker process. Mode "drain" completes every effect of
@@ -41,6 +42,7 @@ func childMain() int {
 	}
 	defer pool.Close()
 	concurrency, _ := strconv.Atoi(os.Getenv(childConcur))
+	hold, _ := time.ParseDuration(os.Getenv(childHold))
 	var cfg pgoutbox.Config
 	switch os.Getenv(childEnv) {
 	case "drain":
@@ -52,7 +54,7 @@ func childMain() int {
 		defer log.Close()
 		pid := os.Getpid()
 		cfg = pgoutbox.Config{
-			Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: concurrency}},
+			Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: concurrency, RowLockLease: hold}},
 			Types: []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
 				_, err := fmt.Fprintf(log, "%d %s %d\n", d.ID, d.LeaseToken, pid)
 				return err
@@ -64,7 +66,7 @@ func childMain() int {
 			select {} // until SIGKILL
 		}
 		cfg = pgoutbox.Config{
-			Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: concurrency}},
+			Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: concurrency, RowLockLease: hold}},
 			Types: []pgoutbox.EffectType{
 				{Name: "safe", ReplaySafe: true, Handler: hang},
 				{Name: "dispatch", Handler: hang},
@@ -98,11 +100,11 @@ type child struct {
 	stdout *bufio.Scanner
 }
 
-func startChild(t *testing.T, mode, dsn, logPath string, concurrency int) *child {
+func startChild(t *testing.T, mode, dsn, logPath string, concurrency int, hold time.Duration) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, childDSN+"="+dsn, childLog+"="+logPath,
-		childConcur+"="+strconv.Itoa(concurrency))
+		childConcur+"="+strconv.Itoa(concurrency), childHold+"="+hold.String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -127,13 +129,25 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 		t.Skip("100,000 effects; skipped with -short")
 	}
 	t.Parallel()
+	t.Run("durable", func(t *testing.T) {
+		t.Parallel()
+		testExactlyOnce(t, 100_000, 0)
+	})
+	// Under row-lock leases no effect is claimed twice either: a locked
+	// row is skipped by every other claimer until its batch commits.
+	t.Run("rowlock", func(t *testing.T) {
+		t.Parallel()
+		testExactlyOnce(t, 20_000, 50*time.Millisecond)
+	})
+}
+
+func testExactlyOnce(t *testing.T, total int, hold time.Duration) {
 	b := setup(t)
 	// A safety net, not a timing assertion: the drain takes about a minute
 	// on a 2-core machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	b.ctx = ctx
-	const total = 100_000
 	for start := 0; start < total; start += 10_000 {
 		batch := make([]pgoutbox.Effect, 0, 10_000)
 		for i := start; i < start+10_000; i++ {
@@ -145,11 +159,11 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 	dir := t.TempDir()
 	var children []*child
 	for i := range 2 { // 2 processes × 4 workers = 8 workers
-		children = append(children, startChild(t, "drain", b.dsn, fmt.Sprintf("%s/calls-%d.log", dir, i), 4))
+		children = append(children, startChild(t, "drain", b.dsn, fmt.Sprintf("%s/calls-%d.log", dir, i), 4, hold))
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	for b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) < total {
+	for b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) < int64(total) {
 		select {
 		case <-tick.C:
 		case <-b.ctx.Done():
@@ -195,13 +209,22 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 		FROM pgoutbox.effects`).Scan(&completed, &attempts); err != nil {
 		t.Fatal(err)
 	}
-	if completed != total || attempts != total {
+	if completed != int64(total) || attempts != int64(total) {
 		t.Fatalf("completed %d, attempts %d; want %d each (no effect claimed twice)", completed, attempts, total)
 	}
 }
 
 func TestKilledWorkerProcess(t *testing.T) {
 	t.Parallel()
+	for _, mode := range leaseModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testKilledWorker(t, mode.hold)
+		})
+	}
+}
+
+func testKilledWorker(t *testing.T, hold time.Duration) {
 	b := setup(t)
 	ids := b.enqueue(t,
 		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "dispatch"},
@@ -209,7 +232,7 @@ func TestKilledWorkerProcess(t *testing.T) {
 		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "b"},
 		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "c"},
 	)
-	c := startChild(t, "crash", b.dsn, "", 4)
+	c := startChild(t, "crash", b.dsn, "", 4, hold)
 	started := map[string]int{}
 	for len(started) < 4 {
 		if !c.stdout.Scan() {

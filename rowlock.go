@@ -199,7 +199,7 @@ func (b *lockBatch) close() {
 		for i, d := range done {
 			ids[i] = d.ID
 		}
-		completed, err = store.CompleteLocked(ctx, b.tx, ids)
+		completed, err = store.CompleteLocked(ctx, b.tx, ids, q.c.cfg.ID)
 	}
 	if err == nil && len(promote) > 0 {
 		leases, err = store.Promote(ctx, b.tx, promote, q.c.cfg.ID, q.c.cfg.LeaseDuration)

@@ -7,23 +7,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgoutbox/pgoutbox"
 )
 
 // A row-lock queue completes a replay-safe effect with one write: the row
 // goes from available to completed and never carries a durable lease.
-func TestRowLockCompletesWithoutDurableLease(t *testing.T) {
+func TestRowLockCompletesWithOneWrite(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int64
-	c := b.startClient(t, pgoutbox.Config{
+	// The client gets its own pool: closing it ends its backends, which
+	// flush their statistics (n_tup_upd) when they exit.
+	pool, err := pgxpool.New(b.ctx, b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+		ID:     "rowlock-worker",
 		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 50, ClaimBatch: 20, RowLockLease: 5 * time.Second}},
 		Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(context.Context, *pgoutbox.Delivery) error {
 			calls.Add(1)
 			return nil
 		}}},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	events := watch(t, c)
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
 	effects := make([]pgoutbox.Effect, 500)
 	for i := range effects {
 		effects[i] = pgoutbox.Effect{Queue: "q", Type: "safe", Key: fmt.Sprint(i)}
@@ -32,12 +47,24 @@ func TestRowLockCompletesWithoutDurableLease(t *testing.T) {
 	for _, id := range ids {
 		b.waitEvent(t, events, id, "completed")
 	}
+	if err := c.Stop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND attempts = 1
-		AND leased_at IS NULL AND lease_owner IS NULL AND completed_at IS NOT NULL`); n != 500 {
-		t.Fatalf("%d effects completed by one write with one attempt, want 500", n)
+		AND lease_owner = 'rowlock-worker' AND leased_at <= completed_at AND lease_token IS NULL`); n != 500 {
+		t.Fatalf("%d effects completed with one attempt, claim time and owner recorded; want 500", n)
 	}
 	if calls.Load() != 500 {
 		t.Fatalf("handler called %d times, want 500", calls.Load())
+	}
+	// Every row was updated once: durable leases would make it 1,000.
+	updates := func() int64 {
+		return b.scalar(t, `SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = 'pgoutbox' AND relname = 'effects'`)
+	}
+	b.waitFor(t, "the workers' statistics", func() bool { return updates() >= 500 })
+	if n := updates(); n != 500 {
+		t.Fatalf("%d row updates for 500 effects, want 500", n)
 	}
 }
 

@@ -23,6 +23,9 @@ type queueWorker struct {
 	wake     chan struct{} // a NOTIFY (or catch-up) for this queue
 	freed    chan struct{} // a delivery finished
 	inflight atomic.Int64
+	// pending counts completions handed to the group committer and not yet
+	// written.
+	pending atomic.Int64
 	// openBatches counts open row-lock claim transactions (RowLockLease).
 	openBatches atomic.Int64
 
@@ -65,6 +68,13 @@ func (q *queueWorker) run(ctx context.Context) {
 	var lastActive time.Time
 	for {
 		free := q.cfg.Concurrency - int(q.inflight.Load())
+		// Backpressure: a slot is freed when its handler returns, before its
+		// completion is committed, so claims overlap group commits; but no
+		// more than Concurrency completions may wait, or a slow commit
+		// would let leases pile up (and their extension grow) unbounded.
+		if over := int(q.pending.Load()) - q.cfg.Concurrency; over > 0 {
+			free -= over
+		}
 		if free <= 0 {
 			select {
 			case <-ctx.Done():
@@ -240,8 +250,11 @@ func call(ctx context.Context, fn func(context.Context) error) (err error) {
 
 func (q *queueWorker) completeBatched(ctx context.Context, d *Delivery, fence store.Fence) {
 	done := make(chan completeRes, 1)
+	q.pending.Add(1)
 	q.c.completions <- completeReq{fence: fence, done: done}
 	res := <-done
+	q.pending.Add(-1)
+	signal(q.freed)
 	q.recordCompletion(ctx, d, res.ok, res.lag, res.err)
 }
 

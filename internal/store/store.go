@@ -276,16 +276,20 @@ func Promote(ctx context.Context, tx pgx.Tx, ids []int64, owner string, lease ti
 	return scanClaimed(rows)
 }
 
+// completeLockedSQL runs in the claim transaction, so now() is the claim's
+// time: leased_at and lease_owner record who claimed the effect and when,
+// as they do after a durable lease.
 const completeLockedSQL = `
 UPDATE pgoutbox.effects e
-SET state = 'completed', attempts = e.attempts + 1, completed_at = now(), last_error = NULL
+SET state = 'completed', attempts = e.attempts + 1, leased_at = now(), lease_owner = $2,
+    completed_at = statement_timestamp(), last_error = NULL
 WHERE e.id = ANY($1) AND e.state = 'available'
-RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8`
+RETURNING e.id, extract(epoch FROM statement_timestamp() - e.created_at)::float8`
 
 // CompleteLocked completes row-locked effects (LockClaim, same tx), counting
 // their attempt: one write per effect over its whole delivery.
-func CompleteLocked(ctx context.Context, tx pgx.Tx, ids []int64) (Completed, error) {
-	rows, err := tx.Query(ctx, completeLockedSQL, ids)
+func CompleteLocked(ctx context.Context, tx pgx.Tx, ids []int64, owner string) (Completed, error) {
+	rows, err := tx.Query(ctx, completeLockedSQL, ids, owner)
 	if err != nil {
 		return nil, MapError(err)
 	}
