@@ -56,7 +56,11 @@ func childMain() int {
 		cfg = pgoutbox.Config{
 			Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: concurrency, RowLockLease: hold}},
 			Types: []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
-				_, err := fmt.Fprintf(log, "%d %s %d\n", d.ID, d.LeaseToken, pid)
+				token := d.LeaseToken
+				if token == "" {
+					token = "-" // a row-lock lease has no token
+				}
+				_, err := fmt.Fprintf(log, "%d %s %d\n", d.ID, token, pid)
 				return err
 			}}},
 		}
