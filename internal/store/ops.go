@@ -179,7 +179,7 @@ UPDATE pgoutbox.effects e
 SET state = 'available', attempts = 0, available_at = now(),
     dead_lettered_at = NULL, delivery_started_at = NULL
 FROM picked
-WHERE e.id = picked.id AND e.state = 'dead_letter'
+WHERE e.id = picked.id AND e.state::text = 'dead_letter'
 RETURNING e.id, e.queue, e.effect_type, e.state::text, '', 0::float8`
 
 // ReplayDeadLetters moves up to limit dead letters (all, or those in ids,
@@ -214,7 +214,7 @@ SET state = r.next_state,
     lease_token = NULL, lease_expires_at = NULL,
     last_error = 'requeued by an operator: lease stalled (owner ' || coalesce(nullif(r.owner, ''), '?') || ')'
 FROM routed r
-WHERE e.id = r.id AND e.state = 'leased'
+WHERE e.id = r.id AND e.state::text = 'leased'
 RETURNING e.id, e.queue, e.effect_type, e.state::text, r.owner, r.held_for`
 
 // RequeueStale recovers up to limit leases taken more than stalledAfter ago

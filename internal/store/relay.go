@@ -62,7 +62,7 @@ const releaseSQL = `
 UPDATE pgoutbox.effects
 SET state = 'available', available_at = now() + make_interval(secs => $4),
     lease_token = NULL, lease_expires_at = NULL, last_error = left($5, 2000)
-WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3 AND delivery_started_at IS NULL`
+WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3 AND delivery_started_at IS NULL`
 
 // Release returns a lease to available after delay without judging an
 // attempt (a relay that could not publish), fenced. A lease whose delivery
@@ -79,7 +79,7 @@ const handBackSQL = `
 UPDATE pgoutbox.effects
 SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $5), delivery_started_at = NULL, last_error = left($6, 2000)
-WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3`
+WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3`
 
 // HandBack records, fenced, that a consumer's attempt failed with nothing
 // delivered and that the broker will redeliver the effect: it stays leased,

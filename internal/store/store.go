@@ -11,6 +11,15 @@
 //
 // All time arithmetic uses the database clock (now()); callers pass durations
 // in seconds, never absolute timestamps computed on the worker.
+//
+// A statement that finds rows by id and also checks their state compares
+// state::text, never state: the planner cannot then match the condition to
+// a partial index on that state (effects_lease_expiry_idx, effects_claim_idx,
+// …) and always probes the primary key. Otherwise, once autovacuum has
+// analyzed the table while few rows were leased, a fenced completion of
+// 1,000 effects scans the whole lease index once per effect: 1 s instead of
+// 7 ms (EXPLAIN ANALYZE with 5,000 leased rows), and a drain collapses to a
+// tenth of its rate.
 package store
 
 import (
@@ -194,7 +203,7 @@ SET state = 'leased', attempts = e.attempts + $5::int, lease_owner = $3,
     lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $4)
 FROM next
-WHERE e.id = next.id AND e.state = 'available'
+WHERE e.id = next.id AND e.state::text = 'available'
 RETURNING ` + claimedColumns
 
 // claimedColumns is what every claim returns, in Claimed's scan order.
@@ -283,7 +292,7 @@ const completeLockedSQL = `
 UPDATE pgoutbox.effects e
 SET state = 'completed', attempts = e.attempts + 1, leased_at = now(), lease_owner = $2,
     completed_at = statement_timestamp(), last_error = NULL
-WHERE e.id = ANY($1) AND e.state = 'available'
+WHERE e.id = ANY($1) AND e.state::text = 'available'
 RETURNING e.id, extract(epoch FROM statement_timestamp() - e.created_at)::float8`
 
 // CompleteLocked completes row-locked effects (LockClaim, same tx), counting
@@ -326,7 +335,7 @@ WITH fenced AS (
     FROM (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id) f
     CROSS JOIN LATERAL (
         SELECT e.id FROM pgoutbox.effects e
-        WHERE e.id = f.id AND e.state = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
         FOR UPDATE
     ) x
 )`
@@ -394,7 +403,7 @@ WITH target AS (
             ELSE 'available'
         END)::pgoutbox.effect_state AS next_state
     FROM pgoutbox.effects
-    WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3
+    WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3
     FOR UPDATE
 )
 UPDATE pgoutbox.effects e
@@ -424,7 +433,7 @@ func Fail(ctx context.Context, db DBTX, f Fence, kind FailKind, delay time.Durat
 
 const startSQL = `
 UPDATE pgoutbox.effects SET delivery_started_at = now()
-WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND effect_type = $3`
+WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3`
 
 // MarkStarted records, fenced, that delivery of a non-replay-safe effect is
 // about to start. It must commit before the request is sent. found=false
@@ -491,7 +500,7 @@ SET state = r.next_state,
     lease_token = NULL, lease_expires_at = NULL,
     last_error = 'lease expired (owner ' || coalesce(r.lease_owner, '?') || ')'
 FROM routed r
-WHERE e.id = r.id AND e.state = 'leased'
+WHERE e.id = r.id AND e.state::text = 'leased'
 RETURNING e.id, e.queue, e.effect_type, e.state::text`
 
 // Sweep recovers up to limit leases that expired more than grace ago
@@ -537,7 +546,7 @@ func Prune(ctx context.Context, db DBTX, retention time.Duration, limit int) (in
 const resolveSQL = `
 UPDATE pgoutbox.effects
 SET state = 'completed', completed_at = now(), resolution = $3
-WHERE id = $1 AND state = 'reconciliation_required' AND effect_type = $2
+WHERE id = $1 AND state::text = 'reconciliation_required' AND effect_type = $2
 RETURNING id`
 
 // Resolve closes a reconciliation record as completed with the operator's
