@@ -202,8 +202,7 @@ UPDATE pgoutbox.effects e
 SET state = 'leased', attempts = e.attempts + $5::int, lease_owner = $3,
     lease_token = gen_random_uuid(), leased_at = now(),
     lease_expires_at = now() + make_interval(secs => $4)
-FROM next
-WHERE e.id = next.id AND e.state::text = 'available'
+WHERE e.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING ` + claimedColumns
 
 // claimedColumns is what every claim returns, in Claimed's scan order.

@@ -1,0 +1,90 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, func() error { return goleak.Find() }) }
+
+// Every statement that finds effects by id probes the primary key, whatever
+// the statistics say. The trap: autovacuum analyzes the table while almost
+// nothing is leased, then thousands of rows are leased; a by-id statement
+// that also says state = 'leased' then looks cheaper through the partial
+// lease index, which the planner walks once per effect (1 s for a 1,000-effect
+// completion instead of 7 ms).
+func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, sql := range []string{
+		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key)
+		 SELECT 'q', 't', g::text FROM generate_series(1, 20000) g`,
+		`ANALYZE pgoutbox.effects`, // statistics: nothing leased
+		`UPDATE pgoutbox.effects SET state = 'leased', lease_token = gen_random_uuid(),
+		 lease_expires_at = now() + interval '1 minute' WHERE id <= 4000`,
+		`UPDATE pgoutbox.effects SET state = 'dead_letter' WHERE id > 19000`,
+		`UPDATE pgoutbox.effects SET state = 'reconciliation_required' WHERE id BETWEEN 18000 AND 19000`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	ids := make([]int64, 1000)
+	toks := make([]uuid.UUID, 1000)
+	types := make([]string, 1000)
+	for i := range ids {
+		ids[i], toks[i], types[i] = int64(i+1), uuid.New(), "t"
+	}
+	tok := toks[0]
+	for name, st := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"claim":           {claimSQL, []any{"q", 1000, "w", 60.0, 1}},
+		"complete":        {completeSQL, []any{ids, toks, types}},
+		"extend":          {extendSQL, []any{ids, toks, types, 60.0}},
+		"fail":            {failSQL, []any{int64(1), tok, "t", "retry", 1.0, "x"}},
+		"mark started":    {startSQL, []any{int64(1), tok, "t"}},
+		"promote":         {promoteSQL, []any{ids, len(ids), "w", 60.0, 1}},
+		"complete locked": {completeLockedSQL, []any{ids, "w"}},
+		"resolve":         {resolveSQL, []any{int64(18500), "t", []byte(`{}`)}},
+	} {
+		rows, err := pool.Query(ctx, "EXPLAIN "+st.sql, st.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p := plan.String()
+		banned := []string{"effects_lease_expiry_idx", "effects_claim_idx", "effects_attention_idx", "Seq Scan on effects"}
+		if name == "claim" {
+			banned = banned[2:] // it finds its rows through the claim index, then updates them by id
+		}
+		for _, idx := range banned {
+			if strings.Contains(p, idx) {
+				t.Errorf("%s uses %s:\n%s", name, idx, p)
+			}
+		}
+		if !strings.Contains(p, "effects_pkey") {
+			t.Errorf("%s does not probe the primary key:\n%s", name, p)
+		}
+	}
+}
