@@ -270,11 +270,12 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 	// Completions per tenth of the run.
 	seg := d / 10
 	marks := make([]int64, 0, 11)
-	marks = append(marks, 0)
+	imarks := make([]int64, 0, 11)
+	marks, imarks = append(marks, 0), append(imarks, 0)
 	tick := time.NewTicker(seg)
 	for i := 1; i <= 10; i++ {
 		<-tick.C
-		marks = append(marks, r.Completed().Load())
+		marks, imarks = append(marks, r.Completed().Load()), append(imarks, inserted.Load())
 	}
 	tick.Stop()
 	elapsed := time.Since(start)
@@ -304,6 +305,12 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 	}
 	if first > 0 {
 		res["last_first"] = float64(last) / float64(first)
+	}
+	// The rate of every tenth, for the JSON output (-json): when a long run
+	// degrades, this shows when.
+	for i := 1; i <= 10; i++ {
+		res[fmt.Sprintf("completed_per_s_tenth_%02d", i)] = float64(marks[i]-marks[i-1]) / seg.Seconds()
+		res[fmt.Sprintf("inserted_per_s_tenth_%02d", i)] = float64(imarks[i]-imarks[i-1]) / seg.Seconds()
 	}
 	if completed > 0 {
 		// Includes the WAL of inserting the effects still in the backlog.
