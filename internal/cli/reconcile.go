@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -70,17 +71,8 @@ waits in reconciliation_required for an operator:
 		Use:   "inspect ID",
 		Short: "List the workflow runs that may be this dispatch's; changes nothing",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			app, closeApp, err := g.operatorApp(cmd.Context(), true)
-			if err != nil {
-				return err
-			}
-			defer closeApp()
-			in, err := app.Inspect(cmd.Context(), id)
+		RunE: g.onRecord(true, func(ctx context.Context, app *controlplane.App, id int64) error {
+			in, err := app.Inspect(ctx, id)
 			if err != nil {
 				return reconcileErr(err)
 			}
@@ -105,7 +97,7 @@ waits in reconciliation_required for an operator:
 			_ = tw.Flush()
 			fmt.Fprintln(g.stdout, "next:", in.Suggestion)
 			return nil
-		},
+		}),
 	}
 	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
@@ -114,22 +106,13 @@ waits in reconciliation_required for an operator:
 		Use:   "resolve ID --workflow-run-id N",
 		Short: "The run exists: complete the record and advance the attempt",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			app, closeApp, err := g.operatorApp(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer closeApp()
-			if err := app.Resolve(cmd.Context(), id, runID); err != nil {
+		RunE: g.onRecord(false, func(ctx context.Context, app *controlplane.App, id int64) error {
+			if err := app.Resolve(ctx, id, runID); err != nil {
 				return reconcileErr(err)
 			}
 			fmt.Fprintf(g.stdout, "resolved %d: workflow run %d recorded, record completed\n", id, runID)
 			return nil
-		},
+		}),
 	}
 	resolve.Flags().Int64Var(&runID, "workflow-run-id", 0, "the workflow run that the dispatch created (required)")
 	_ = resolve.MarkFlagRequired("workflow-run-id")
@@ -139,30 +122,39 @@ waits in reconciliation_required for an operator:
 		Use:   "supersede ID --reason TEXT",
 		Short: "No run exists: close the record and dispatch a new execution attempt",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseID(args[0])
-			if err != nil {
-				return err
-			}
-			app, closeApp, err := g.operatorApp(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer closeApp()
-			s, err := app.Supersede(cmd.Context(), id, reason)
+		RunE: g.onRecord(false, func(ctx context.Context, app *controlplane.App, id int64) error {
+			s, err := app.Supersede(ctx, id, reason)
 			if err != nil {
 				return reconcileErr(err)
 			}
 			fmt.Fprintf(g.stdout, "superseded %d: release run %d attempt %d (number %d) dispatched\n", id, s.ReleaseRunID,
 				s.ExecutionAttemptID, s.AttemptNumber)
 			return nil
-		},
+		}),
 	}
 	supersede.Flags().StringVar(&reason, "reason", "", "why no run exists (required; recorded)")
 	_ = supersede.MarkFlagRequired("reason")
 
 	cmd.AddCommand(list, inspect, resolve, supersede)
 	return cmd
+}
+
+// onRecord is the RunE of a subcommand acting on one reconciliation record:
+// it parses the ID argument, opens the operator's application (with a GitHub
+// client when needGitHub) and runs fn.
+func (g *globals) onRecord(needGitHub bool, fn func(ctx context.Context, app *controlplane.App, id int64) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		id, err := parseID(args[0])
+		if err != nil {
+			return err
+		}
+		app, closeApp, err := g.operatorApp(cmd.Context(), needGitHub)
+		if err != nil {
+			return err
+		}
+		defer closeApp()
+		return fn(cmd.Context(), app, id)
+	}
 }
 
 func reconcileErr(err error) error {
