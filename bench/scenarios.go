@@ -149,11 +149,8 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	cpu := processCPU() - cpu0
 	pgSec := pg.Since(e.db)
 	w, werr := walSince(ctx, e.pool, lsn)
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_ = r.Stop(stopCtx)
-	cancel()
-	if !ok {
-		return nil, fmt.Errorf("drain: %d of %d completed after %s", r.Completed().Load(), n, e.o.timeout)
+	if err := stopDrained(ctx, e, r, n, ok); err != nil {
+		return nil, err
 	}
 	if werr != nil {
 		return nil, werr
@@ -177,10 +174,7 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	if res["size_drained"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
 		return nil, err
 	}
-	if _, err := e.sys.Retention(ctx, e.pool); err != nil {
-		return nil, fmt.Errorf("retention: %w", err)
-	}
-	if _, err := e.pool.Exec(ctx, "VACUUM "+e.sys.Table()); err != nil {
+	if err := retain(ctx, e); err != nil {
 		return nil, err
 	}
 	if res["size_retained"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
@@ -212,17 +206,31 @@ func drainCycle(ctx context.Context, e *env, n int) error {
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	ok := waitCount(r.Completed(), int64(n), e.o.timeout)
+	if err := stopDrained(ctx, e, r, n, waitCount(r.Completed(), int64(n), e.o.timeout)); err != nil {
+		return err
+	}
+	return retain(ctx, e)
+}
+
+// stopDrained stops a drain's runner and reports one that did not complete
+// its n effects (ok false) in time.
+func stopDrained(ctx context.Context, e *env, r runner, n int, ok bool) error {
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_ = r.Stop(stopCtx)
 	cancel()
 	if !ok {
 		return fmt.Errorf("drain: %d of %d completed after %s", r.Completed().Load(), n, e.o.timeout)
 	}
+	return nil
+}
+
+// retain deletes every completed effect (the system's own retention) and
+// VACUUMs the table.
+func retain(ctx context.Context, e *env) error {
 	if _, err := e.sys.Retention(ctx, e.pool); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
-	_, err = e.pool.Exec(ctx, "VACUUM "+e.sys.Table())
+	_, err := e.pool.Exec(ctx, "VACUUM "+e.sys.Table())
 	return err
 }
 
