@@ -127,14 +127,7 @@ func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType,
 	q := b.q
 	defer q.c.deliveries.Done()
 	defer it.cancel(nil)
-	slotFreed := false
-	freeSlot := func() {
-		if !slotFreed {
-			slotFreed = true
-			q.inflight.Add(-1)
-			signal(q.freed)
-		}
-	}
+	freeSlot := q.slotReleaser()
 	defer freeSlot()
 	err := q.handle(ctx, t, it.d)
 	b.mu.Lock()

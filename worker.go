@@ -139,6 +139,19 @@ func (q *queueWorker) claim(ctx context.Context, want int) (int, error) {
 	return len(claimed), err
 }
 
+// slotReleaser returns a function that gives one delivery slot back to the
+// claim loop the first time it is called and does nothing after.
+func (q *queueWorker) slotReleaser() func() {
+	var freed bool
+	return func() {
+		if !freed {
+			freed = true
+			q.inflight.Add(-1)
+			signal(q.freed)
+		}
+	}
+}
+
 func (q *queueWorker) start(cl store.Claimed) {
 	q.c.m.claimed.WithLabelValues(q.name).Inc()
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
@@ -150,16 +163,9 @@ func (q *queueWorker) start(cl store.Claimed) {
 	q.inflight.Add(1)
 	q.c.deliveries.Add(1)
 	go func() {
-		var slotFreed bool
-		// freeSlot gives the slot back as soon as the handler has returned:
-		// the completion is group-committed while the next claim runs.
-		freeSlot := func() {
-			if !slotFreed {
-				slotFreed = true
-				q.inflight.Add(-1)
-				signal(q.freed)
-			}
-		}
+		// The slot goes back as soon as the handler has returned: the
+		// completion is group-committed while the next claim runs.
+		freeSlot := q.slotReleaser()
 		defer func() {
 			q.mu.Lock()
 			delete(q.held, cl.ID)
