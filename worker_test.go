@@ -353,12 +353,28 @@ func TestUnknownTypeIsRetriedNotLost(t *testing.T) {
 	}
 }
 
+// Stop with no grace: a replay-safe effect is available again at once, a
+// started non-replay-safe one goes to reconciliation_required. Under
+// row-lock leases too (where the non-replay-safe type takes a durable
+// lease), and no claim transaction is left open.
 func TestGracefulStopReleasesWhatItHolds(t *testing.T) {
 	t.Parallel()
+	for _, mode := range leaseModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testGracefulStop(t, mode.hold)
+		})
+	}
+}
+
+func testGracefulStop(t *testing.T, hold time.Duration) {
 	b := setup(t)
 	started := make(chan int64, 2)
 	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{
-		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2}},
+		Queues: map[string]pgoutbox.QueueConfig{
+			"safe":   {Concurrency: 2, RowLockLease: hold},
+			"unsafe": {Concurrency: 2, RowLockLease: hold},
+		},
 		Types: []pgoutbox.EffectType{
 			{Name: "safe", ReplaySafe: true, Handler: blockUntilDone(started)},
 			{Name: "unsafe", Handler: blockUntilDone(started)},
@@ -370,7 +386,7 @@ func TestGracefulStopReleasesWhatItHolds(t *testing.T) {
 	if err := c.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: "a"}, pgoutbox.Effect{Queue: "q", Type: "unsafe", Key: "b"})
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "safe", Type: "safe", Key: "a"}, pgoutbox.Effect{Queue: "unsafe", Type: "unsafe", Key: "b"})
 	<-started
 	<-started
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -381,8 +397,11 @@ func TestGracefulStopReleasesWhatItHolds(t *testing.T) {
 	if r := b.row(t, ids[0]); r.State != "available" || r.AvailableIn > 0.5 {
 		t.Fatalf("replay-safe effect after stop: %+v, want available now", r)
 	}
-	if r := b.row(t, ids[1]); r.State != "reconciliation_required" {
-		t.Fatalf("started dispatch after stop: %s, want reconciliation_required", r.State)
+	if r := b.row(t, ids[1]); r.State != "reconciliation_required" || r.Started == nil {
+		t.Fatalf("started dispatch after stop: %+v, want reconciliation_required", r)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`); n != 0 {
+		t.Fatalf("%d claim transactions left open after Stop", n)
 	}
 }
 
