@@ -64,9 +64,10 @@ func (q *queueWorker) rowLockable(name string) (EffectType, bool) {
 }
 
 // maxOpenBatches bounds the claim transactions a queue keeps open, each
-// holding a pool connection: half the pool, at least one.
-func (q *queueWorker) maxOpenBatches() int64 {
-	return max(1, int64(q.c.pool.Config().MaxConns)/2)
+// holding a pool connection: half the pool, at least one. (pgxpool's
+// Config() copies the whole configuration, so this runs once per queue.)
+func maxOpenBatches(c *Client) int64 {
+	return max(1, int64(c.pool.Config().MaxConns)/2)
 }
 
 // lockClaim claims up to want effects in a new row-lock batch and starts

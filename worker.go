@@ -26,8 +26,10 @@ type queueWorker struct {
 	// pending counts completions handed to the group committer and not yet
 	// written.
 	pending atomic.Int64
-	// openBatches counts open row-lock claim transactions (RowLockLease).
+	// openBatches counts open row-lock claim transactions (RowLockLease),
+	// at most maxBatches.
 	openBatches atomic.Int64
+	maxBatches  int64
 
 	mu   sync.Mutex
 	held map[int64]*held
@@ -41,7 +43,7 @@ type held struct {
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 	return &queueWorker{
-		c: c, name: name, cfg: cfg,
+		c: c, name: name, cfg: cfg, maxBatches: maxOpenBatches(c),
 		wake:  make(chan struct{}, 1),
 		freed: make(chan struct{}, 1),
 		held:  map[int64]*held{},
@@ -83,7 +85,7 @@ func (q *queueWorker) run(ctx context.Context) {
 				continue
 			}
 		}
-		if q.cfg.RowLockLease > 0 && q.openBatches.Load() >= q.maxOpenBatches() {
+		if q.cfg.RowLockLease > 0 && q.openBatches.Load() >= q.maxBatches {
 			select {
 			case <-ctx.Done():
 				return
