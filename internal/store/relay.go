@@ -132,14 +132,18 @@ WITH input AS (
         WITH ORDINALITY AS t(id, effect_type, idempotency_key, relay_token, ord)
 ), locked AS (
     -- One primary-key lookup per message (LATERAL), whatever the table's
-    -- statistics say.
+    -- statistics say. It waits for a row another statement holds (the
+    -- relay's hand-over of this very message, a completion) instead of
+    -- skipping it: a skipped row would read as busy and cost the message a
+    -- JetStream delivery without an attempt. Rows are locked in id order,
+    -- like every fenced statement, so take-overs do not deadlock.
     SELECT e.id, e.state, e.attempts, e.max_attempts, e.lease_owner, e.lease_token, e.lease_expires_at,
         e.available_at, e.delivery_started_at, i.relay_token
-    FROM input i
+    FROM (SELECT * FROM input ORDER BY id) i
     CROSS JOIN LATERAL (
         SELECT * FROM pgoutbox.effects x
         WHERE x.id = i.id AND x.effect_type = i.effect_type AND x.idempotency_key = i.idempotency_key
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE
     ) e
 ), decided AS (
     SELECT l.id,
