@@ -22,8 +22,9 @@ RETURNING r.id, r.version, r.source_hash, (xmax = 0) AS inserted`
 // had before: the effect for that content was already delivered or is in
 // flight, so a follow-up effect is needed).
 const existingKeysSQL = `
-SELECT idempotency_key FROM pgoutbox.effects
-WHERE queue = $1 AND idempotency_key = ANY($2::text[]) AND state <> 'available'`
+SELECT k.idempotency_key FROM pgoutbox.effect_keys k
+JOIN pgoutbox.effects e ON e.id = k.effect_id
+WHERE k.queue = $1 AND k.idempotency_key = ANY($2::text[]) AND e.state <> 'available'`
 
 // getRecordSQL reads one record.
 const getRecordSQL = `

@@ -84,12 +84,31 @@ type NewEffect struct {
 	AvailableAt *time.Time
 }
 
+// insertSQL writes the key rows first (migration 00006): ON CONFLICT DO
+// NOTHING skips a key already present, waiting for a concurrent transaction
+// that inserted it, and only the effects whose key row was written are
+// inserted. Ids come from the effects' identity sequence, in input order.
 const insertSQL = `
-INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, max_attempts, available_at)
-SELECT queue, effect_type, idempotency_key, payload, max_attempts, coalesce(available_at, now())
-FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
-    AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at)
-ON CONFLICT (queue, idempotency_key) DO NOTHING
+WITH input AS (
+    SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
+        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, ord)
+    ORDER BY t.ord
+), keyed AS (
+    INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
+    SELECT queue, idempotency_key, id FROM input ORDER BY id
+    ON CONFLICT (queue, idempotency_key) DO NOTHING
+    RETURNING effect_id
+), marked AS (
+    -- Tells the insert trigger (migration 00006) that this statement wrote
+    -- its key rows; the trigger resets it.
+    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+)
+INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
+OVERRIDING SYSTEM VALUE
+SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts, coalesce(i.available_at, now())
+FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
+ORDER BY i.id
 RETURNING id, queue, idempotency_key`
 
 // Inserted is the outcome of one NewEffect.
@@ -168,8 +187,8 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	return out, nil
 }
 
-const lookupSQL = `SELECT e.id, e.queue, e.idempotency_key FROM pgoutbox.effects e
-JOIN unnest($1::text[], $2::text[]) AS k(queue, idempotency_key) USING (queue, idempotency_key)`
+const lookupSQL = `SELECT k.effect_id, k.queue, k.idempotency_key FROM pgoutbox.effect_keys k
+JOIN unnest($1::text[], $2::text[]) AS t(queue, idempotency_key) USING (queue, idempotency_key)`
 
 // Claimed is a leased effect handed to a worker.
 type Claimed struct {
