@@ -87,9 +87,10 @@ func walSince(ctx context.Context, pool *pgxpool.Pool, from string) (float64, er
 	return d, err
 }
 
-func relSize(ctx context.Context, pool *pgxpool.Pool, table string) (float64, error) {
+// relSize is the total size (heap, indexes, TOAST) of tables, in bytes.
+func relSize(ctx context.Context, pool *pgxpool.Pool, tables []string) (float64, error) {
 	var b int64
-	err := pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", table).Scan(&b)
+	err := pool.QueryRow(ctx, "SELECT sum(pg_total_relation_size(t::regclass))::bigint FROM unnest($1::text[]) t", tables).Scan(&b)
 	return float64(b), err
 }
 

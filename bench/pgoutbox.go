@@ -38,7 +38,7 @@ type pgSystem struct {
 }
 
 func (s *pgSystem) Name() string  { return s.name }
-func (s *pgSystem) Table() string { return "pgoutbox.effects" }
+func (s *pgSystem) Tables() []string { return []string{"pgoutbox.effects", "pgoutbox.effect_keys"} }
 
 func (s *pgSystem) Migrate(ctx context.Context, dsn string) error {
 	_, err := migrations.Up(ctx, dsn)

@@ -22,7 +22,7 @@ type riverSystem struct {
 }
 
 func (s *riverSystem) Name() string  { return "River" }
-func (s *riverSystem) Table() string { return "river_job" }
+func (s *riverSystem) Tables() []string { return []string{"river_job"} }
 
 func (s *riverSystem) Migrate(ctx context.Context, dsn string) error {
 	pool, err := pgxpool.New(ctx, dsn)

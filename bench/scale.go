@@ -33,7 +33,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 		return nil, err
 	}
 	flushStats(e.prod, e.pool)
-	st0, err := readStats(ctx, e.pool, e.sys.Table())
+	st0, err := readStats(ctx, e.pool, e.sys.Tables()[0])
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 		cpu += k.cpu
 	}
 	flushStats(e.pool)
-	st1, err := readStats(ctx, e.pool, e.sys.Table())
+	st1, err := readStats(ctx, e.pool, e.sys.Tables()[0])
 	if err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	n := e.o.n
 	res := result{}
 	var err error
-	if res["size_empty"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+	if res["size_empty"], err = relSize(ctx, e.pool, e.sys.Tables()); err != nil {
 		return nil, err
 	}
 	r, err := e.sys.Prepare(ctx, e.pool, workerConfig{workers: e.o.workers})
@@ -130,7 +130,7 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	res["wal_insert"] = w / float64(n)
 
 	flushStats(e.prod, e.pool)
-	st0, err := readStats(ctx, e.pool, e.sys.Table())
+	st0, err := readStats(ctx, e.pool, e.sys.Tables()[0])
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	res["cpu_proc"] = cpu.Seconds() / float64(n) * 10000
 	res["cpu_pg"] = pgSec / float64(n) * 10000
 	flushStats(e.pool)
-	st1, err := readStats(ctx, e.prod, e.sys.Table())
+	st1, err := readStats(ctx, e.prod, e.sys.Tables()[0])
 	if err != nil {
 		return nil, err
 	}
@@ -171,13 +171,13 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 		res["hot"] = (st1.hotUpdates - st0.hotUpdates) / d * 100
 	}
 
-	if res["size_drained"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+	if res["size_drained"], err = relSize(ctx, e.pool, e.sys.Tables()); err != nil {
 		return nil, err
 	}
 	if err := retain(ctx, e); err != nil {
 		return nil, err
 	}
-	if res["size_retained"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+	if res["size_retained"], err = relSize(ctx, e.pool, e.sys.Tables()); err != nil {
 		return nil, err
 	}
 	// A second cycle on the same table: steady state means the space the
@@ -185,7 +185,7 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	if err := drainCycle(ctx, e, n); err != nil {
 		return nil, fmt.Errorf("second cycle: %w", err)
 	}
-	if res["size_retained2"], err = relSize(ctx, e.pool, e.sys.Table()); err != nil {
+	if res["size_retained2"], err = relSize(ctx, e.pool, e.sys.Tables()); err != nil {
 		return nil, err
 	}
 	for _, k := range []string{"size_empty", "size_drained", "size_retained", "size_retained2"} {
@@ -225,12 +225,12 @@ func stopDrained(ctx context.Context, e *env, r runner, n int, ok bool) error {
 }
 
 // retain deletes every completed effect (the system's own retention) and
-// VACUUMs the table.
+// VACUUMs its tables.
 func retain(ctx context.Context, e *env) error {
 	if _, err := e.sys.Retention(ctx, e.pool); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
-	_, err := e.pool.Exec(ctx, "VACUUM "+e.sys.Table())
+	_, err := e.pool.Exec(ctx, "VACUUM "+strings.Join(e.sys.Tables(), ", "))
 	return err
 }
 

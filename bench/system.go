@@ -39,8 +39,10 @@ type system interface {
 	Name() string
 	// Migrate installs the system's schema into the database at dsn.
 	Migrate(ctx context.Context, dsn string) error
-	// Table is the relation whose size is reported.
-	Table() string
+	// Tables are the relations the system writes; the first is the queue
+	// table (whose statistics are read), and the size reported is the sum
+	// of all of them with their indexes.
+	Tables() []string
 	// Prepare builds (but does not start) a worker client on pool.
 	Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerConfig) (runner, error)
 	// ClaimLatencySQL selects one interval per claimed row: claim time minus

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
@@ -29,6 +31,7 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key)
 		 SELECT 'q', 't', g::text FROM generate_series(1, 20000) g`,
 		`ANALYZE pgoutbox.effects`, // statistics: nothing leased
+		`ANALYZE pgoutbox.effect_keys`,
 		`UPDATE pgoutbox.effects SET state = 'leased', lease_token = gen_random_uuid(),
 		 lease_expires_at = now() + interval '1 minute' WHERE id <= 4000`,
 		`UPDATE pgoutbox.effects SET state = 'dead_letter' WHERE id > 19000`,
@@ -58,22 +61,7 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 		"complete locked": {completeLockedSQL, []any{ids, "w"}},
 		"resolve":         {resolveSQL, []any{int64(18500), "t", []byte(`{}`)}},
 	} {
-		rows, err := pool.Query(ctx, "EXPLAIN "+st.sql, st.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		p := plan.String()
+		p := explain(ctx, t, pool, name, st.sql, st.args...)
 		banned := []string{"effects_lease_expiry_idx", "effects_claim_idx", "effects_attention_idx", "Seq Scan on effects"}
 		if name == "claim" {
 			banned = banned[2:] // it finds its rows through the claim index, then updates them by id
@@ -87,4 +75,36 @@ func TestByIDStatementsProbeThePrimaryKey(t *testing.T) {
 			t.Errorf("%s does not probe the primary key:\n%s", name, p)
 		}
 	}
+
+	// Looking up existing keys (an enqueue that repeats keys) probes the key
+	// table's primary key, never a scan of the whole key table.
+	queues, keys := make([]string, 1000), make([]string, 1000)
+	for i := range keys {
+		queues[i], keys[i] = "q", fmt.Sprint(i*7+1)
+	}
+	p := explain(ctx, t, pool, "lookup", lookupSQL, queues, keys)
+	if strings.Contains(p, "Seq Scan on effect_keys") || !strings.Contains(p, "effect_keys_pkey") {
+		t.Errorf("lookup does not probe effect_keys_pkey:\n%s", p)
+	}
+}
+
+// explain returns the plan of sql with args.
+func explain(ctx context.Context, t *testing.T, pool *pgxpool.Pool, name, sql string, args ...any) string {
+	t.Helper()
+	rows, err := pool.Query(ctx, "EXPLAIN "+sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return plan.String()
 }

@@ -187,8 +187,16 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	return out, nil
 }
 
-const lookupSQL = `SELECT k.effect_id, k.queue, k.idempotency_key FROM pgoutbox.effect_keys k
-JOIN unnest($1::text[], $2::text[]) AS t(queue, idempotency_key) USING (queue, idempotency_key)`
+// lookupSQL finds the effects of existing keys: one primary-key probe per
+// key (LATERAL), whatever the table's statistics say.
+const lookupSQL = `
+SELECT k.effect_id, t.queue, t.idempotency_key
+FROM unnest($1::text[], $2::text[]) AS t(queue, idempotency_key)
+CROSS JOIN LATERAL (
+    SELECT x.effect_id FROM pgoutbox.effect_keys x
+    WHERE x.queue = t.queue AND x.idempotency_key = t.idempotency_key
+    LIMIT 1
+) k`
 
 // Claimed is a leased effect handed to a worker.
 type Claimed struct {
