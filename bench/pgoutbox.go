@@ -37,7 +37,7 @@ type pgSystem struct {
 	logger       *slog.Logger
 }
 
-func (s *pgSystem) Name() string  { return s.name }
+func (s *pgSystem) Name() string     { return s.name }
 func (s *pgSystem) Tables() []string { return []string{"pgoutbox.effects", "pgoutbox.effect_keys"} }
 
 func (s *pgSystem) Migrate(ctx context.Context, dsn string) error {

@@ -21,7 +21,7 @@ type riverSystem struct {
 	logger       *slog.Logger
 }
 
-func (s *riverSystem) Name() string  { return "River" }
+func (s *riverSystem) Name() string     { return "River" }
 func (s *riverSystem) Tables() []string { return []string{"river_job"} }
 
 func (s *riverSystem) Migrate(ctx context.Context, dsn string) error {
