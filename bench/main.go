@@ -79,7 +79,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D] is a pgoutbox variant")
+	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;keys=sequential] is a pgoutbox variant")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -157,8 +157,13 @@ func (o *options) system(name string) (system, error) {
 					knobs.poll, err = time.ParseDuration(v)
 				case "row-lock":
 					knobs.rowLock, err = time.ParseDuration(v)
+				case "keys":
+					if v != "sequential" && v != "random" {
+						err = fmt.Errorf("keys=%q: sequential or random", v)
+					}
+					knobs.seqKeys = v == "sequential"
 				default:
-					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock)", k)
+					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, keys)", k)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("system %s: %w", name, err)

@@ -28,6 +28,10 @@ type pgKnobs struct {
 	poll            time.Duration
 	clients         int           // Clients per process on the same queue, splitting the workers
 	rowLock         time.Duration // QueueConfig.RowLockLease; 0: durable leases
+	// seqKeys makes idempotency keys ascending ("bench-000000000042")
+	// instead of pgoutbox.Key's random SHA-256 hex: a diagnostic of what the
+	// unique key index costs when keys arrive in random order.
+	seqKeys bool
 }
 
 type pgSystem struct {
@@ -68,7 +72,7 @@ func (s *pgSystem) Retention(ctx context.Context, pool *pgxpool.Pool) (int64, er
 }
 
 func (s *pgSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerConfig) (runner, error) {
-	r := &pgRunner{pool: pool, args: newArgs(s.payloadBytes), completed: &counter{}}
+	r := &pgRunner{pool: pool, args: newArgs(s.payloadBytes), seqKeys: s.knobs.seqKeys, completed: &counter{}}
 	onWork := wc.onWork
 	handler := func(ctx context.Context, d *pgoutbox.Delivery) error {
 		if onWork != nil {
@@ -108,6 +112,7 @@ type pgRunner struct {
 	pool      *pgxpool.Pool
 	clients   []*pgoutbox.Client
 	args      benchArgs
+	seqKeys   bool // pgKnobs.seqKeys
 	completed *counter
 	unsubs    []func()
 	cancel    context.CancelFunc
@@ -115,11 +120,11 @@ type pgRunner struct {
 }
 
 func (r *pgRunner) effect(seq int) pgoutbox.Effect {
-	return pgoutbox.Effect{
-		Queue: pgQueue, Type: pgType,
-		Key:     pgoutbox.Key("bench", strconv.Itoa(seq)),
-		Payload: r.args,
+	key := pgoutbox.Key("bench", strconv.Itoa(seq))
+	if r.seqKeys {
+		key = fmt.Sprintf("bench-%012d", seq)
 	}
+	return pgoutbox.Effect{Queue: pgQueue, Type: pgType, Key: key, Payload: r.args}
 }
 
 func (r *pgRunner) InsertBatch(ctx context.Context, db *pgxpool.Pool, seq, n int) error {

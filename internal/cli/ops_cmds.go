@@ -129,6 +129,21 @@ func cell(s string, max int) string {
 }
 
 // withPool runs fn with a pool for an operator command.
+// report runs an operator query and prints its result: JSON with --json
+// (asJSON), else through print.
+func report[T any](cmd *cobra.Command, g *globals, asJSON bool, query func(context.Context, *pgxpool.Pool) (T, error), print func(T) error) error {
+	return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
+		res, err := query(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(g.stdout, res)
+		}
+		return print(res)
+	})
+}
+
 func withPool(cmd *cobra.Command, g *globals, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	pool, err := openOps(cmd, g)
 	if err != nil {

@@ -28,16 +28,9 @@ worker's lease token is cleared, so its late writes change nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Filter = ff.f
-			return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
-				res, err := ops.RequeueStale(ctx, pool, o)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(g.stdout, res)
-				}
-				return printRequeue(g, res)
-			})
+			return report(cmd, g, asJSON, func(ctx context.Context, pool *pgxpool.Pool) (*ops.RequeueResult, error) {
+				return ops.RequeueStale(ctx, pool, o)
+			}, func(res *ops.RequeueResult) error { return printRequeue(g, res) })
 		},
 	}
 	ff.register(cmd)

@@ -26,16 +26,9 @@ VACUUM. Ages use the database clock.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Filter = ff.f
-			return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
-				snap, err := ops.Status(ctx, pool, opts)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(g.stdout, snap)
-				}
-				return printStatus(g, snap, byType)
-			})
+			return report(cmd, g, asJSON, func(ctx context.Context, pool *pgxpool.Pool) (*ops.Snapshot, error) {
+				return ops.Status(ctx, pool, opts)
+			}, func(snap *ops.Snapshot) error { return printStatus(g, snap, byType) })
 		},
 	}
 	ff.register(cmd)

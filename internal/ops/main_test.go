@@ -147,6 +147,7 @@ func (b *bundle) fingerprint(t *testing.T) string {
 	var s string
 	err := b.pool.QueryRow(b.ctx, `
 		SELECT coalesce((SELECT md5(string_agg(to_jsonb(e)::text, ',' ORDER BY id)) FROM pgoutbox.effects e), '-')
+		    || '/' || coalesce((SELECT md5(string_agg(to_jsonb(k)::text, ',' ORDER BY queue, idempotency_key)) FROM pgoutbox.effect_keys k), '-')
 		    || '/' || coalesce((SELECT md5(string_agg(to_jsonb(s)::text, ',' ORDER BY sampled_at, queue, worker)) FROM pgoutbox.samples s), '-')
 		    || '/' || (SELECT string_agg(table_schema || '.' || table_name, ',' ORDER BY 1) FROM information_schema.tables
 		               WHERE table_schema NOT IN ('pg_catalog', 'information_schema'))`).Scan(&s)

@@ -1,8 +1,8 @@
 package store
 
 // The operator statements (DESIGN.md, "Operations"): aggregate statistics,
-// dead-letter listing and replay, stale-lease requeue, the oldest-xmin probe
-// and the aggregate samples read by `readiness broker`.
+// dead-letter listing and replay, stale-lease requeue, the oldest-xmin probe,
+// the aggregate samples read by `readiness broker`, and compaction.
 //
 // Every operator filter (queue, effect type, ids) is a bind parameter; an
 // empty string or an empty array means "any". Nothing here is built by
@@ -11,6 +11,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -361,4 +363,58 @@ func RecentSamples(ctx context.Context, db DBTX, window time.Duration, queue str
 func IsUndefinedTable(err error) bool {
 	var pgErr interface{ SQLState() string }
 	return errors.As(err, &pgErr) && pgErr.SQLState() == "42P01"
+}
+
+// EngineTables are the engine's tables that grow with traffic: what
+// `pgoutbox compact` rebuilds.
+var EngineTables = []string{"pgoutbox.effects", "pgoutbox.effect_keys"}
+
+// RelationSize is the on-disk size of one relation: a table (heap and TOAST)
+// or one of its indexes.
+type RelationSize struct {
+	Name  string
+	Table string // the table an index belongs to; equal to Name for a table
+	Bytes int64
+}
+
+const relationSizesSQL = `
+SELECT c.oid::regclass::text, t.oid::regclass::text,
+    CASE WHEN c.relkind = 'i' THEN pg_relation_size(c.oid) ELSE pg_table_size(c.oid) END
+FROM pg_class t
+JOIN pg_class c ON c.oid = t.oid OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t.oid)
+WHERE t.oid = ANY($1::regclass[])
+ORDER BY t.oid::regclass::text, c.relkind DESC, c.oid::regclass::text`
+
+// RelationSizes lists tables and each of their indexes with their sizes.
+func RelationSizes(ctx context.Context, db DBTX, tables []string) ([]RelationSize, error) {
+	rows, err := db.Query(ctx, relationSizesSQL, tables)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RelationSize, error) {
+		var x RelationSize
+		err := r.Scan(&x.Name, &x.Table, &x.Bytes)
+		return x, err
+	})
+	return out, MapError(err)
+}
+
+// Compact returns the space a table's emptied pages hold to the operating
+// system without blocking readers or writers: VACUUM truncates the heap's
+// empty tail, and REINDEX CONCURRENTLY rebuilds every index (a btree page
+// emptied by VACUUM is reused by later inserts but never returned). table is
+// one of EngineTables. It must not run in a transaction; it waits for the
+// transactions that were running when each step began.
+func Compact(ctx context.Context, db DBTX, table string) error {
+	if !slices.Contains(EngineTables, table) {
+		return fmt.Errorf("store: %q is not an engine table", table)
+	}
+	// The name is one of EngineTables (checked above), not user input:
+	// VACUUM and REINDEX take no bind parameters.
+	for _, stmt := range []string{"VACUUM " + table, "REINDEX TABLE CONCURRENTLY " + table} {
+		if _, err := db.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("store: %s: %w", stmt, MapError(err))
+		}
+	}
+	return nil
 }
