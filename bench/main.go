@@ -50,6 +50,7 @@ type options struct {
 	duration         time.Duration
 	producers        int
 	producerBatch    int
+	sustainedRate    float64
 	rate             float64
 	latencyDuration  time.Duration
 	latencyProducers int
@@ -90,6 +91,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "sustained: how long producers enqueue")
 	fs.IntVar(&o.producers, "producers", 4, "sustained: producer goroutines")
 	fs.IntVar(&o.producerBatch, "producer-batch", 100, "sustained: effects per producer transaction")
+	fs.Float64Var(&o.sustainedRate, "sustained-rate", 0, "sustained: effects/s all producers together insert at most (0: as fast as the database accepts)")
 	fs.Float64Var(&o.rate, "rate", 1000, "latency: effects/s, one effect per transaction")
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "latency: how long to produce")
 	fs.IntVar(&o.latencyProducers, "latency-producers", 16, "latency: concurrent producer goroutines")
@@ -113,7 +115,7 @@ func parseFlags(args []string) (*options, error) {
 	o.systems = splitList(systems)
 	o.scenarios = splitList(scens)
 	if o.rounds < 1 || o.n < 1 || o.insertBatch < 1 || o.workers < 1 || o.producers < 1 ||
-		o.producerBatch < 1 || o.rate <= 0 || o.latencyProducers < 1 || o.scaleN < 1 ||
+		o.producerBatch < 1 || o.sustainedRate < 0 || o.rate <= 0 || o.latencyProducers < 1 || o.scaleN < 1 ||
 		o.scaleProcs < 1 || o.scaleWorkers < 1 || o.duration < 10*time.Millisecond {
 		return nil, fmt.Errorf("flags must be positive")
 	}

@@ -273,9 +273,23 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 	var perr error
 	var errOnce sync.Once
 	var wg sync.WaitGroup
-	for range e.o.producers {
+	// With -sustained-rate, producer p inserts its k-th batch at
+	// start + (k + p/producers) × interval, or at once when behind.
+	var interval time.Duration
+	if e.o.sustainedRate > 0 {
+		interval = time.Duration(float64(e.o.producers*e.o.producerBatch) / e.o.sustainedRate * float64(time.Second))
+	}
+	for p := range e.o.producers {
 		wg.Go(func() {
-			for pctx.Err() == nil {
+			for k := 0; pctx.Err() == nil; k++ {
+				if interval > 0 {
+					at := start.Add(time.Duration(k)*interval + interval*time.Duration(p)/time.Duration(e.o.producers))
+					select {
+					case <-pctx.Done():
+						return
+					case <-time.After(time.Until(at)):
+					}
+				}
 				s := int(seq.Add(int64(e.o.producerBatch))) - e.o.producerBatch
 				if err := r.InsertBatch(pctx, e.prod, s, e.o.producerBatch); err != nil {
 					if pctx.Err() == nil {
