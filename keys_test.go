@@ -93,6 +93,17 @@ func TestKeyRowsFollowEffects(t *testing.T) {
 		WHERE e.queue = k.queue AND e.idempotency_key = k.idempotency_key`); n != 5 {
 		t.Fatalf("%d key rows name their effect, want 5", n)
 	}
+
+	// TRUNCATE (no DELETE trigger fires) empties the key table too.
+	if _, err := b.pool.Exec(b.ctx, `TRUNCATE pgoutbox.effects`); err != nil {
+		t.Fatal(err)
+	}
+	if e, k := b.count(t), b.keyRows(t); e != 0 || k != 0 {
+		t.Fatalf("after truncate: %d effects and %d key rows, want 0 and 0", e, k)
+	}
+	if id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "a"})[0]; id == 0 || b.count(t) != 1 {
+		t.Fatalf("enqueue after truncate: id %d, %d effects", id, b.count(t))
+	}
 }
 
 // A concurrent enqueue of the same key waits for the first transaction: it

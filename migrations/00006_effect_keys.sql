@@ -79,6 +79,21 @@ CREATE TRIGGER effects_keys_delete
     REFERENCING OLD TABLE AS old_effects
     FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_keys_delete();
 
+-- TRUNCATE fires no DELETE trigger: it empties the key table too.
+-- +goose StatementBegin
+CREATE FUNCTION pgoutbox.effect_keys_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE pgoutbox.effect_keys;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER effects_keys_truncate
+    AFTER TRUNCATE ON pgoutbox.effects
+    FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_keys_truncate();
+
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.effect_keys_immutable() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -100,9 +115,11 @@ CREATE TRIGGER effects_key_immutable
 
 -- +goose Down
 DROP TRIGGER effects_key_immutable ON pgoutbox.effects;
+DROP TRIGGER effects_keys_truncate ON pgoutbox.effects;
 DROP TRIGGER effects_keys_delete ON pgoutbox.effects;
 DROP TRIGGER effects_keys_insert ON pgoutbox.effects;
 DROP FUNCTION pgoutbox.effect_keys_immutable();
+DROP FUNCTION pgoutbox.effect_keys_truncate();
 DROP FUNCTION pgoutbox.effect_keys_delete();
 DROP FUNCTION pgoutbox.effect_keys_insert();
 ALTER TABLE pgoutbox.effects ADD CONSTRAINT effects_queue_key UNIQUE (queue, idempotency_key);
