@@ -128,7 +128,6 @@ func cell(s string, max int) string {
 	return s
 }
 
-// withPool runs fn with a pool for an operator command.
 // report runs an operator query and prints its result: JSON with --json
 // (asJSON), else through print.
 func report[T any](cmd *cobra.Command, g *globals, asJSON bool, query func(context.Context, *pgxpool.Pool) (T, error), print func(T) error) error {
@@ -144,6 +143,7 @@ func report[T any](cmd *cobra.Command, g *globals, asJSON bool, query func(conte
 	})
 }
 
+// withPool runs fn with a pool for an operator command.
 func withPool(cmd *cobra.Command, g *globals, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	pool, err := openOps(cmd, g)
 	if err != nil {

@@ -30,35 +30,9 @@ func newDLQListCmd(g *globals) *cobra.Command {
 		Short: "List dead letters by id: queue, type, attempts, last error, when (never the payload)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
-				page, err := ops.ListDeadLetters(ctx, pool, ff.f, afterID, limit)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(g.stdout, page)
-				}
-				tw := newTable(g.stdout)
-				row(tw, "ID", "QUEUE", "EFFECT TYPE", "ATTEMPTS", "DEAD-LETTERED AT", "LAST ERROR")
-				for _, d := range page.Items {
-					at := "-"
-					if d.DeadLetteredAt != nil {
-						at = d.DeadLetteredAt.UTC().Format(time.RFC3339)
-					}
-					row(tw, d.ID, cell(d.Queue, 40), cell(d.EffectType, 40), fmt.Sprintf("%d/%d", d.Attempts, d.MaxAttempts),
-						at, cell(d.LastError, 100))
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-				if len(page.Items) == 0 {
-					fmt.Fprintln(g.stdout, "no dead letters")
-				}
-				if page.NextAfterID != nil {
-					fmt.Fprintf(g.stdout, "more: pgoutbox dlq list --after-id %d\n", *page.NextAfterID)
-				}
-				return nil
-			})
+			return report(cmd, g, asJSON, func(ctx context.Context, pool *pgxpool.Pool) (*ops.DeadLetterPage, error) {
+				return ops.ListDeadLetters(ctx, pool, ff.f, afterID, limit)
+			}, func(page *ops.DeadLetterPage) error { return printDeadLetters(g, page) })
 		},
 	}
 	ff.register(cmd)
@@ -66,6 +40,29 @@ func newDLQListCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", ops.ListLimitDefault, "page size")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+func printDeadLetters(g *globals, page *ops.DeadLetterPage) error {
+	tw := newTable(g.stdout)
+	row(tw, "ID", "QUEUE", "EFFECT TYPE", "ATTEMPTS", "DEAD-LETTERED AT", "LAST ERROR")
+	for _, d := range page.Items {
+		at := "-"
+		if d.DeadLetteredAt != nil {
+			at = d.DeadLetteredAt.UTC().Format(time.RFC3339)
+		}
+		row(tw, d.ID, cell(d.Queue, 40), cell(d.EffectType, 40), fmt.Sprintf("%d/%d", d.Attempts, d.MaxAttempts),
+			at, cell(d.LastError, 100))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(page.Items) == 0 {
+		fmt.Fprintln(g.stdout, "no dead letters")
+	}
+	if page.NextAfterID != nil {
+		fmt.Fprintf(g.stdout, "more: pgoutbox dlq list --after-id %d\n", *page.NextAfterID)
+	}
+	return nil
 }
 
 func newDLQReplayCmd(g *globals) *cobra.Command {
