@@ -10,13 +10,17 @@
 -- the key as a column (workers read it with the row) but no longer indexes it.
 --
 -- The invariant "one effect per (queue, key), and every effect has its key
--- row" is kept by the database, whatever writes the rows: the library's
--- enqueue writes the key row first (INSERT ... ON CONFLICT DO NOTHING, which
--- waits for a concurrent enqueuer of the same key like the old unique index
--- did) and marks the statement so the insert trigger skips it; any other
--- INSERT into pgoutbox.effects gets its key rows from that statement trigger (a duplicate key raises unique_violation on
--- effect_keys_pkey); deleting an effect deletes its key row; the key and
--- queue of an effect cannot be changed.
+-- row" is kept by the database, whatever writes the rows:
+--   * the library's enqueue writes the key rows first (INSERT ... ON CONFLICT
+--     DO NOTHING, which waits for a concurrent enqueuer of the same key like
+--     the old unique index did) and marks the statement so that the insert
+--     trigger skips it;
+--   * any other INSERT into pgoutbox.effects gets its key rows from that
+--     statement trigger (a duplicate key raises unique_violation on
+--     effect_keys_pkey);
+--   * deleting an effect deletes its key row, truncating the effects
+--     truncates the keys;
+--   * the queue and key of an effect cannot be changed.
 CREATE TABLE pgoutbox.effect_keys (
     queue            text NOT NULL,
     idempotency_key  text NOT NULL,
