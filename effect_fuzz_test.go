@@ -10,35 +10,39 @@ import (
 	"testing"
 )
 
-// credentialOracle decodes raw independently of findCredentialKey (into
-// maps, which keep every key name even when a key repeats) and reports
-// whether any object key at any depth is a credential key.
+// credentialOracle decodes raw independently of findCredentialKey (by
+// recursive descent, each value read whole as json.RawMessage) and reports
+// whether any object key at any depth is a credential key. It visits every
+// occurrence of a repeated key, because the guard reads the payload's text,
+// not the object a decoder would keep (which holds only the last value).
 func credentialOracle(raw []byte) (bool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || (raw[0] != '{' && raw[0] != '[') {
+		return false, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	if _, err := dec.Token(); err != nil { // '{' or '['
 		return false, err
 	}
-	var walk func(any) bool
-	walk = func(v any) bool {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				if IsCredentialKey(k) || walk(e) {
-					return true
-				}
+	for dec.More() {
+		if raw[0] == '{' {
+			k, err := dec.Token()
+			if err != nil {
+				return false, err
 			}
-		case []any:
-			for _, e := range x {
-				if walk(e) {
-					return true
-				}
+			if IsCredentialKey(k.(string)) {
+				return true, nil
 			}
 		}
-		return false
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return false, err
+		}
+		if cred, err := credentialOracle(v); cred || err != nil {
+			return cred, err
+		}
 	}
-	return walk(v), nil
+	return false, nil
 }
 
 // seedWebhookPayloads adds GitHub's published webhook payloads (beside the
@@ -62,7 +66,7 @@ func FuzzPayloadCredentialGuard(f *testing.F) {
 		`{}`, `[]`, `null`, `{"a":1}`, `{"token":"x"}`, `{"a":{"b":[{"apiKey":1}]}}`,
 		`{"":"x","token":"s3cr3t"}`, `{"":"token"}`, `{"a":"","password":"p"}`,
 		`{"private_key":null}`, `{"x":[1,"token",{"y":{}}],"z":{"Authorization":"Bearer"}}`,
-		`{"a":1,"a":{"secret":2}}`, `"token"`, `[{"cookie":1}]`, `{"PRIVATE_KEY":1}`, `{"pass word":1}`,
+		`{"a":1,"a":{"secret":2}}`, `{"":{"token":null},"":{}}`, `"token"`, `[{"cookie":1}]`, `{"PRIVATE_KEY":1}`, `{"pass word":1}`,
 	} {
 		f.Add([]byte(s))
 	}
