@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -132,6 +134,7 @@ func prepare(e Effect) (store.NewEffect, error) {
 
 func encodePayload(p any) ([]byte, error) {
 	var raw []byte
+	marshaled := false
 	switch v := p.(type) {
 	case nil:
 		raw = []byte("{}")
@@ -145,11 +148,14 @@ func encodePayload(p any) ([]byte, error) {
 			return nil, &InvalidEffectError{Field: "Payload", Reason: "cannot be encoded as JSON: " + err.Error()}
 		}
 		raw = b
+		marshaled = true
 	}
 	if len(raw) > MaxPayloadBytes {
 		return nil, &PayloadTooLargeError{Size: len(raw), Limit: MaxPayloadBytes}
 	}
-	if !json.Valid(raw) {
+	// json.Marshal's output is valid JSON (it checks what MarshalJSON
+	// methods return); bytes given as they are must be checked.
+	if !marshaled && !json.Valid(raw) {
 		return nil, &InvalidEffectError{Field: "Payload", Reason: "is not valid JSON"}
 	}
 	if path, ok := findCredentialKey(raw); ok {
@@ -175,6 +181,57 @@ var credentialPairs = map[[2]string]bool{
 // token, secret, password, private_key, authorization, api_key and their
 // variants in any case or separator style.
 func IsCredentialKey(key string) bool {
+	return mayBeCredentialKey(key) && hasCredentialWord(key)
+}
+
+// credentialStems are substrings that every credential word or pair
+// contains (token, secret, passw…/passphrase, authorization, credential,
+// …key, cookie), in lower case.
+var credentialStems = []string{"token", "secret", "pass", "authorization", "credential", "key", "cookie"}
+
+// mayBeCredentialKey is IsCredentialKey's allocation-free pre-check: an ASCII
+// key that contains no credential stem in any case cannot hold a credential
+// word, so most keys are settled without splitting them into words. A key
+// with any non-ASCII byte goes to the full check, because Unicode case
+// folding can turn other letters into ASCII ones (the Kelvin sign into k).
+func mayBeCredentialKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if key[i] >= 0x80 {
+			return true
+		}
+	}
+	for _, stem := range credentialStems {
+		if containsFoldASCII(key, stem) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFoldASCII reports whether s contains lower (lower-case ASCII) in
+// any ASCII case.
+func containsFoldASCII(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for ; j < len(lower); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasCredentialWord is the full check: key split into lower-case words
+// (snake_case, kebab-case, camelCase) holds a credential word or pair.
+func hasCredentialWord(key string) bool {
 	words := splitWords(key)
 	for i, w := range words {
 		if credentialWords[w] {
@@ -213,68 +270,62 @@ func splitWords(key string) []string {
 	return words
 }
 
-// findCredentialKey walks every object key at any depth.
+// findCredentialKey walks every object key at any depth, every occurrence of
+// a repeated key included, and returns the first credential key's path
+// ($.a[0].b). raw has passed json.Valid. The walk reads tokens with
+// jsontext (encoding/json/v2's token layer), which neither allocates per
+// token nor reflects, unlike encoding/json's Decoder.Token; its duplicate
+// name and UTF-8 checks are off, so it accepts what json.Valid accepts.
 func findCredentialKey(raw []byte) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		object  bool
-		haveKey bool // an object's key was read; its value comes next
-		key     string
-		index   int
-	}
-	var stack []frame
-	path := func() string {
-		var b strings.Builder
-		b.WriteString("$")
-		for _, f := range stack {
-			if f.object {
-				b.WriteString("." + f.key)
-			} else {
-				fmt.Fprintf(&b, "[%d]", f.index)
-			}
-		}
-		return b.String()
-	}
-	// afterValue moves the enclosing container past one value.
-	afterValue := func() {
-		if len(stack) == 0 {
-			return
-		}
-		top := &stack[len(stack)-1]
-		if top.object {
-			top.haveKey, top.key = false, ""
-		} else {
-			top.index++
-		}
-	}
+	w := keyWalkers.Get().(*keyWalker)
+	defer keyWalkers.Put(w)
+	w.r.Reset(raw)
+	w.dec.Reset(&w.r, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	w.names = w.names[:0]
 	for {
-		tok, err := dec.Token()
+		tok, err := w.dec.ReadToken()
 		if err != nil {
 			return "", false
 		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, frame{object: true})
-			case '[':
-				stack = append(stack, frame{})
-			default:
-				stack = stack[:len(stack)-1]
-				afterValue()
-			}
-		case string:
-			if top := len(stack) - 1; top >= 0 && stack[top].object && !stack[top].haveKey {
-				stack[top].haveKey, stack[top].key = true, t
-				if IsCredentialKey(t) {
-					return path(), true
-				}
-				continue
-			}
-			afterValue()
-		default:
-			afterValue()
+		if tok.Kind() != '"' {
+			continue
+		}
+		depth := w.dec.StackDepth()
+		if kind, n := w.dec.StackIndex(depth); kind != '{' || n%2 == 0 {
+			continue // a string value, not a name
+		}
+		name := tok.String()
+		if IsCredentialKey(name) {
+			return w.path(depth, name), true
+		}
+		for len(w.names) < depth {
+			w.names = append(w.names, "")
+		}
+		w.names[depth-1] = name
+	}
+}
+
+// keyWalker is findCredentialKey's reusable state.
+type keyWalker struct {
+	r     bytes.Reader
+	dec   jsontext.Decoder
+	names []string // names[d-1]: the current member name of the object at depth d
+}
+
+var keyWalkers = sync.Pool{New: func() any { return new(keyWalker) }}
+
+// path renders the position of name, read in the object at depth, as
+// $.a[0].b: ancestors' member names and array indices, then name.
+func (w *keyWalker) path(depth int, name string) string {
+	var b strings.Builder
+	b.WriteString("$")
+	for d := 1; d < depth; d++ {
+		if kind, n := w.dec.StackIndex(d); kind == '[' {
+			fmt.Fprintf(&b, "[%d]", n-1)
+		} else {
+			b.WriteString("." + w.names[d-1])
 		}
 	}
+	b.WriteString("." + name)
+	return b.String()
 }

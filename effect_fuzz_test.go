@@ -109,7 +109,8 @@ func FuzzPayloadCredentialGuard(f *testing.F) {
 }
 
 // FuzzIsCredentialKey checks properties of the key classifier: it never
-// panics; adding a separated word before or after a credential key keeps it
+// panics; its allocation-free pre-check never settles a key differently from
+// the full word split; adding a separated word before or after a credential key keeps it
 // a credential key; and a key made of lower-case ASCII letters, digits, '_'
 // and '-' is classified the same in SCREAMING_SNAKE case.
 func FuzzIsCredentialKey(f *testing.F) {
@@ -117,11 +118,15 @@ func FuzzIsCredentialKey(f *testing.F) {
 		"token", "accessToken", "access_token", "X-Api-Key", "apikey", "APIKey", "private_key",
 		"privateKey", "PRIVATE-KEY", "client_secret", "passwd", "Authorization", "cookie", "tokenizer",
 		"secretary", "keys", "api", "", "_", "ÄÖ", "aPIKey", "JWTToken", "sessionCookieName",
+		"to\u212Aen", "PRIVATE_\u212AEY", "ſecret", "name", "repository", "Passphrase",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
 		got := IsCredentialKey(key)
+		if full := hasCredentialWord(key); got != full {
+			t.Fatalf("IsCredentialKey(%q) = %v, but the word split alone says %v: the pre-check settled it wrongly", key, got, full)
+		}
 		if got {
 			for _, k := range []string{"x_" + key, key + "_x", "x-" + key, key + ".x"} {
 				if !IsCredentialKey(k) {
@@ -161,6 +166,22 @@ func TestCredentialKeyAfterEmptyKey(t *testing.T) {
 		_, err := prepare(Effect{Queue: "q", Type: "t", Key: "k", Payload: json.RawMessage(tc.payload)})
 		if got := errors.Is(err, ErrCredentialKey); got != tc.refuse {
 			t.Errorf("payload %s: refused as a credential = %v (err %v), want %v", tc.payload, got, err, tc.refuse)
+		}
+	}
+}
+
+// BenchmarkPrepare measures Enqueue's validation of one effect with a
+// 300-byte JSON payload (a raw message, as an application that encodes its
+// own payloads passes it): JSON validity and the credential-key walk.
+func BenchmarkPrepare(b *testing.B) {
+	payload := json.RawMessage(`{"release":{"id":123456,"tag":"v1.2.3","repository":"octo-org/octo-repo",` +
+		`"sha":"6dcb09b5b57875f334f61aebed695e2e4193db5e","checks":[{"name":"build","status":"queued"},` +
+		`{"name":"test","status":"queued"}],"notes":"` + strings.Repeat("x", 120) + `"}}`)
+	e := Effect{Queue: "q", Type: "t", Key: "k", Payload: payload}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := prepare(e); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

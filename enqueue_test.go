@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -94,6 +95,8 @@ func TestEnqueueBadInputTypedErrorsWriteNothing(t *testing.T) {
 		{"no key", pgoutbox.Effect{Queue: "q", Type: "t"}, pgoutbox.ErrInvalidEffect},
 		{"invalid json", pgoutbox.Effect{Queue: "q", Type: "t", Key: "j", Payload: []byte("{nope")}, pgoutbox.ErrInvalidEffect},
 		{"negative attempts", pgoutbox.Effect{Queue: "q", Type: "t", Key: "k", MaxAttempts: -1}, pgoutbox.ErrInvalidEffect},
+		{"marshaler returns invalid json", pgoutbox.Effect{Queue: "q", Type: "t", Key: "l", Payload: badMarshaler{}}, pgoutbox.ErrInvalidEffect},
+		{"credential in a json.RawMessage array", pgoutbox.Effect{Queue: "q", Type: "t", Key: "m", Payload: json.RawMessage(`[{"a":1},{"b":[{"Cookie":"x"}]}]`)}, pgoutbox.ErrCredentialKey},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,12 +117,24 @@ func TestEnqueueBadInputTypedErrorsWriteNothing(t *testing.T) {
 			}
 		})
 	}
-	var cke *pgoutbox.CredentialKeyError
-	_, err := enqueueOne(b, pgoutbox.Effect{Queue: "q", Type: "t", Key: "z", Payload: map[string]any{"a": map[string]any{"secret": 1}}})
-	if !errors.As(err, &cke) || cke.Path != "$.a.secret" {
-		t.Fatalf("want CredentialKeyError at $.a.secret, got %v", err)
+	for payload, path := range map[string]string{
+		`{"a":{"secret":1}}`:                                 "$.a.secret",
+		`[{"a":1},{"b":[0,{"Cookie":"x"}]}]`:                 "$[1].b[1].Cookie",
+		`{"a":[],"b":{"c":"d","e":[{"f":{}},{"apiKey":1}]}}`: "$.b.e[1].apiKey",
+		`{"a":{"x":1},"a":{"token":2}}`:                      "$.a.token",
+	} {
+		var cke *pgoutbox.CredentialKeyError
+		_, err := enqueueOne(b, pgoutbox.Effect{Queue: "q", Type: "t", Key: "z", Payload: json.RawMessage(payload)})
+		if !errors.As(err, &cke) || cke.Path != path {
+			t.Fatalf("%s: want CredentialKeyError at %s, got %v", payload, path, err)
+		}
 	}
 }
+
+// badMarshaler's MarshalJSON returns bytes that are not JSON.
+type badMarshaler struct{}
+
+func (badMarshaler) MarshalJSON() ([]byte, error) { return []byte("{nope"), nil }
 
 func enqueueOne(b *bundle, e pgoutbox.Effect) (int64, error) {
 	var id int64

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,7 @@ type options struct {
 	timeout          time.Duration
 	keep             bool
 	jsonOut          string
+	cpuProfile       string
 	pg               pgKnobs
 	child            string
 	xNoNotify        bool
@@ -101,6 +103,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a drain after this long")
 	fs.BoolVar(&o.keep, "keep", false, "keep the databases instead of dropping them")
 	fs.StringVar(&o.jsonOut, "json", "", "also write every round's raw figures to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write this process's CPU profile (both systems, every scenario) to this file, for go tool pprof")
 	fs.IntVar(&o.pg.claimBatch, "pg-claim-batch", 1000, "pgoutbox QueueConfig.ClaimBatch (capped at -workers)")
 	fs.IntVar(&o.pg.completionBatch, "pg-completion-batch", 0, "pgoutbox Config.CompletionBatch (0: engine default)")
 	fs.DurationVar(&o.pg.poll, "pg-poll", 0, "pgoutbox Config.PollInterval (0: engine default)")
@@ -238,6 +241,17 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		if !found {
 			return fmt.Errorf("unknown scenario %q", name)
 		}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if o.local != "" {
 		dsn, err := pgtest.EnsureLocal(ctx, o.local, nil)
