@@ -102,6 +102,13 @@ type QueueConfig struct {
 	// that are not replay-safe, which always take a durable lease. A few
 	// tens of milliseconds is typical; it must be below DeliveryTimeout.
 	RowLockLease time.Duration
+	// ClaimCooldown, when positive, lets the claim loop wait up to this long
+	// after its previous claim for more slots to free before it claims a
+	// partial batch (fewer than min(Concurrency, ClaimBatch) effects): small
+	// pools then claim and commit fuller batches, at the price of up to this
+	// much delivery latency. A full batch is never delayed. Default 0: claim
+	// as soon as one slot frees. A millisecond or two is typical.
+	ClaimCooldown time.Duration
 	// DeliveryTimeout bounds one delivery; default DeliveryTimeoutDefault
 	// (30 s), or half the lease when that is shorter. It must be below
 	// Config.LeaseDuration.
@@ -186,6 +193,9 @@ func (c Config) withDefaults() (Config, error) {
 		defi(&q.Concurrency, ConcurrencyDefault)
 		defi(&q.ClaimBatch, q.Concurrency)
 		def(&q.DeliveryTimeout, min(DeliveryTimeoutDefault, c.LeaseDuration/2))
+		if q.ClaimCooldown < 0 {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].ClaimCooldown (%s) must not be negative", name, q.ClaimCooldown)
+		}
 		if q.Concurrency < 0 || q.ClaimBatch < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency and ClaimBatch must be positive", name)
 		}

@@ -67,7 +67,7 @@ func (q *queueWorker) run(ctx context.Context) {
 	// after it the loop polls every ActivePollInterval, which picks up the
 	// effects of producers whose notification the limiter folded into an
 	// earlier one (migration 00005).
-	var lastActive time.Time
+	var lastActive, lastClaim time.Time
 	for {
 		free := q.cfg.Concurrency - int(q.inflight.Load())
 		// Backpressure: a slot is freed when its handler returns, before its
@@ -94,6 +94,13 @@ func (q *queueWorker) run(ctx context.Context) {
 			}
 		}
 		want := min(free, q.cfg.ClaimBatch)
+		if rest := q.cooldownLeft(want, lastClaim); rest > 0 {
+			if !q.waitCooldown(ctx, rest) {
+				return
+			}
+			continue
+		}
+		lastClaim = time.Now()
 		n, err := q.claim(ctx, want)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -126,6 +133,30 @@ func (q *queueWorker) run(ctx context.Context) {
 		case <-poll.C:
 		}
 	}
+}
+
+// cooldownLeft is how long the claim loop should still wait before claiming
+// want effects, the previous claim having started at last: zero unless the
+// queue has a ClaimCooldown and want is a partial batch.
+func (q *queueWorker) cooldownLeft(want int, last time.Time) time.Duration {
+	if q.cfg.ClaimCooldown <= 0 || want >= min(q.cfg.Concurrency, q.cfg.ClaimBatch) {
+		return 0
+	}
+	return q.cfg.ClaimCooldown - time.Since(last)
+}
+
+// waitCooldown waits for a freed slot or the end of the cooldown (rest); it
+// reports false when ctx ends first.
+func (q *queueWorker) waitCooldown(ctx context.Context, rest time.Duration) bool {
+	t := time.NewTimer(rest)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-q.freed:
+	case <-t.C:
+	}
+	return true
 }
 
 // claim claims up to want effects and starts their deliveries: under

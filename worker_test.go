@@ -423,11 +423,81 @@ func TestConfigValidation(t *testing.T) {
 		"no handler":            {Types: []pgoutbox.EffectType{{Name: "a"}}},
 		"row lock over timeout": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Second, RowLockLease: time.Second}}},
 		"negative row lock":     {Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: -time.Second}}},
+		"negative cooldown":     {Queues: map[string]pgoutbox.QueueConfig{"q": {ClaimCooldown: -time.Millisecond}}},
 		"both handlers": {Types: []pgoutbox.EffectType{{Name: "a", Handler: h,
 			TxHandler: func(context.Context, pgx.Tx, *pgoutbox.Delivery) error { return nil }}}},
 	} {
 		if _, err := pgoutbox.NewClient(b.pool, cfg); err == nil {
 			t.Errorf("%s: NewClient accepted an invalid config", name)
 		}
+	}
+}
+
+// TestClaimCooldownClaimsFullBatches: with a ClaimCooldown, a slot freed
+// while others are busy does not trigger a claim of a partial batch. The
+// handlers are released one at a time, each completion committed before
+// the next release (without the cooldown every release would claim one
+// effect); every claim must still take a full batch of four, which the
+// effects' leased_at (the claim transaction's now()) groups.
+func TestClaimCooldownClaimsFullBatches(t *testing.T) {
+	t.Parallel()
+	for _, mode := range leaseModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			const n, batch = 12, 4
+			cooldown := time.Hour
+			var effects []pgoutbox.Effect
+			for i := range n {
+				effects = append(effects, pgoutbox.Effect{Queue: "q", Type: "held", Key: fmt.Sprint(i)})
+			}
+			ids := b.enqueue(t, effects...)
+			release := map[int64]chan struct{}{}
+			for _, id := range ids {
+				release[id] = make(chan struct{})
+			}
+			started := make(chan int64, n)
+			hold := mode.hold
+			if hold > 0 {
+				// Shorter than the other tests' hold: each batch is promoted
+				// to durable leases after it, since its handlers are released
+				// one at a time.
+				hold = 50 * time.Millisecond
+			}
+			c := b.startClient(t, pgoutbox.Config{
+				Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: batch, RowLockLease: hold, ClaimCooldown: cooldown}},
+				Types: []pgoutbox.EffectType{{Name: "held", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+					started <- d.ID
+					select {
+					case <-release[d.ID]:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}}},
+			})
+			events := watch(t, c)
+			for range n {
+				var id int64
+				select {
+				case id = <-started:
+				case <-b.ctx.Done():
+					t.Fatal("no delivery started")
+				}
+				close(release[id])
+				b.waitEvent(t, events, id, "completed")
+			}
+			rows, err := b.pool.Query(b.ctx, `SELECT count(*) FROM pgoutbox.effects GROUP BY leased_at ORDER BY min(id)`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(sizes) != "[4 4 4]" {
+				t.Fatalf("claim batch sizes %v, want [4 4 4]", sizes)
+			}
+		})
 	}
 }

@@ -82,7 +82,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;keys=sequential] is a pgoutbox variant")
+	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;cooldown=D;keys=sequential] is a pgoutbox variant")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -108,6 +108,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pg.completionBatch, "pg-completion-batch", 0, "pgoutbox Config.CompletionBatch (0: engine default)")
 	fs.DurationVar(&o.pg.poll, "pg-poll", 0, "pgoutbox Config.PollInterval (0: engine default)")
 	fs.DurationVar(&o.pg.rowLock, "pg-row-lock", 0, "pgoutbox QueueConfig.RowLockLease (0: durable leases)")
+	fs.DurationVar(&o.pg.claimCooldown, "pg-claim-cooldown", 0, "pgoutbox QueueConfig.ClaimCooldown (0: none)")
 	fs.IntVar(&o.pg.clients, "pg-clients", 1, "pgoutbox Clients per process on the same queue (each has its own claim loop); -workers is split between them")
 	fs.BoolVar(&o.xNoNotify, "x-pg-no-notify", false, "experiment: disable pgoutbox's NOTIFY-per-enqueuing-transaction trigger (workers then poll every -pg-poll)")
 	fs.StringVar(&o.createDB, "create-db", "", "create (or recreate) this database with pgoutbox's migrations, print its DSN and exit (for bench/sql/lifecycle.sh)")
@@ -162,13 +163,15 @@ func (o *options) system(name string) (system, error) {
 					knobs.poll, err = time.ParseDuration(v)
 				case "row-lock":
 					knobs.rowLock, err = time.ParseDuration(v)
+				case "cooldown":
+					knobs.claimCooldown, err = time.ParseDuration(v)
 				case "keys":
 					if v != "sequential" && v != "random" {
 						err = fmt.Errorf("keys=%q: sequential or random", v)
 					}
 					knobs.seqKeys = v == "sequential"
 				default:
-					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, keys)", k)
+					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, cooldown, keys)", k)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("system %s: %w", name, err)

@@ -28,6 +28,7 @@ type pgKnobs struct {
 	poll            time.Duration
 	clients         int           // Clients per process on the same queue, splitting the workers
 	rowLock         time.Duration // QueueConfig.RowLockLease; 0: durable leases
+	claimCooldown   time.Duration // QueueConfig.ClaimCooldown; 0: none
 	// seqKeys makes idempotency keys ascending ("bench-000000000042")
 	// instead of pgoutbox.Key's random SHA-256 hex: a diagnostic of what the
 	// unique key index costs when keys arrive in random order.
@@ -90,7 +91,7 @@ func (s *pgSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerCon
 		batch := min(s.knobs.claimBatch, workers)
 		c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
 			Queues: map[string]pgoutbox.QueueConfig{
-				pgQueue: {Concurrency: workers, ClaimBatch: batch, RowLockLease: s.knobs.rowLock},
+				pgQueue: {Concurrency: workers, ClaimBatch: batch, RowLockLease: s.knobs.rowLock, ClaimCooldown: s.knobs.claimCooldown},
 			},
 			Types:           []pgoutbox.EffectType{{Name: pgType, ReplaySafe: true, Handler: handler}},
 			PollInterval:    s.knobs.poll,

@@ -68,6 +68,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 			"-pg-poll", e.o.pg.poll.String(),
 			"-pg-clients", "1",
 			"-pg-row-lock", e.o.pg.rowLock.String(),
+			"-pg-claim-cooldown", e.o.pg.claimCooldown.String(),
 		}
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Stderr = os.Stderr

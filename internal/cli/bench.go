@@ -38,6 +38,7 @@ type benchOptions struct {
 	claimBatch      int
 	clients         int
 	rowLock         time.Duration
+	claimCooldown   time.Duration
 	sustained       time.Duration
 	producers       int
 	producerBatch   int
@@ -64,6 +65,8 @@ type benchConfig struct {
 	Clients      int `json:"clients"`
 	// RowLockLease is QueueConfig.RowLockLease ("0s": durable leases).
 	RowLockLease string `json:"row_lock_lease"`
+	// ClaimCooldown is QueueConfig.ClaimCooldown ("0s": none).
+	ClaimCooldown string `json:"claim_cooldown"`
 }
 
 type benchDrain struct {
@@ -120,6 +123,7 @@ with River is the bench/ module (docs/benchmarks.md).`,
 	f.IntVar(&o.claimBatch, "claim-batch", 500, "QueueConfig.ClaimBatch")
 	f.IntVar(&o.clients, "clients", 2, "Clients on the queue in this process (each has its own claim loop)")
 	f.DurationVar(&o.rowLock, "row-lock", 0, "QueueConfig.RowLockLease: lease by the claim transaction's row lock for up to this long (0: durable leases, the engine default)")
+	f.DurationVar(&o.claimCooldown, "claim-cooldown", 0, "QueueConfig.ClaimCooldown: wait up to this long after a claim for more free slots before claiming a partial batch (0: none, the engine default)")
 	f.DurationVar(&o.sustained, "sustained", 10*time.Second, "sustained: how long producers enqueue (0 skips)")
 	f.IntVar(&o.producers, "producers", 4, "sustained: producer connections")
 	f.IntVar(&o.producerBatch, "producer-batch", 100, "sustained: effects per producer transaction")
@@ -133,8 +137,8 @@ with River is the bench/ module (docs/benchmarks.md).`,
 func runBench(ctx context.Context, g *globals, o *benchOptions) error {
 	if o.effects < 1 || o.payloadBytes < 10 || o.payloadBytes > pgoutbox.MaxPayloadBytes || o.insertBatch < 1 ||
 		o.concurrency < 1 || o.claimBatch < 1 || o.clients < 1 || o.producers < 1 || o.producerBatch < 1 ||
-		o.rate <= 0 || o.latencyProducer < 1 || o.sustained < 0 || o.latency < 0 {
-		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("bench: every size must be positive, --payload-bytes between 10 and %d", pgoutbox.MaxPayloadBytes)}
+		o.rate <= 0 || o.latencyProducer < 1 || o.sustained < 0 || o.latency < 0 || o.rowLock < 0 || o.claimCooldown < 0 {
+		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("bench: every size must be positive and no duration negative, --payload-bytes between 10 and %d", pgoutbox.MaxPayloadBytes)}
 	}
 	pool, dsn, err := g.open(ctx, true)
 	if err != nil {
@@ -161,7 +165,7 @@ func runBench(ctx context.Context, g *globals, o *benchOptions) error {
 	defer b.cleanup()
 	rep := &benchReport{Queue: b.queue, Config: benchConfig{
 		Effects: o.effects, PayloadBytes: o.payloadBytes, Concurrency: o.concurrency, ClaimBatch: o.claimBatch, Clients: o.clients,
-		RowLockLease: o.rowLock.String(),
+		RowLockLease: o.rowLock.String(), ClaimCooldown: o.claimCooldown.String(),
 	}}
 	if rep.Drain, err = b.drain(ctx); err != nil {
 		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("bench drain: %w", err)}
@@ -256,7 +260,7 @@ func (b *bencher) start(ctx context.Context, onStart func(id int64)) (*benchClie
 			conc++
 		}
 		c, err := pgoutbox.NewClient(b.workers, pgoutbox.Config{
-			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1)), RowLockLease: b.o.rowLock}},
+			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1)), RowLockLease: b.o.rowLock, ClaimCooldown: b.o.claimCooldown}},
 			Types:         []pgoutbox.EffectType{{Name: "bench.noop", ReplaySafe: true, Handler: handler}},
 			Logger:        b.g.logger(),
 			PruneInterval: -1,
@@ -587,8 +591,8 @@ func benchIsTerminal(w io.Writer) bool {
 }
 
 func printBench(w io.Writer, r *benchReport) {
-	fmt.Fprintf(w, "pgoutbox bench: %d effects of %d bytes, concurrency %d, claim batch %d, %d client(s), row-lock lease %s\n\n",
-		r.Config.Effects, r.Config.PayloadBytes, r.Config.Concurrency, r.Config.ClaimBatch, r.Config.Clients, r.Config.RowLockLease)
+	fmt.Fprintf(w, "pgoutbox bench: %d effects of %d bytes, concurrency %d, claim batch %d, %d client(s), row-lock lease %s, claim cooldown %s\n\n",
+		r.Config.Effects, r.Config.PayloadBytes, r.Config.Concurrency, r.Config.ClaimBatch, r.Config.Clients, r.Config.RowLockLease, r.Config.ClaimCooldown)
 	d := r.Drain
 	fmt.Fprintf(w, "drain       %8.0f effects/s (%.1fs; backlog inserted at %.0f effects/s)\n", d.EffectsPerSecond, d.Seconds, d.InsertEffectsPerSecond)
 	fmt.Fprintf(w, "            WAL %.0f B/effect insert + %.0f B/effect claim+complete (server-wide); CPU %.2f s/10k effects (this process)\n",
