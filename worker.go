@@ -77,25 +77,16 @@ func (q *queueWorker) run(ctx context.Context) {
 		if over := int(q.pending.Load()) - q.cfg.Concurrency; over > 0 {
 			free -= over
 		}
-		if free <= 0 {
-			select {
-			case <-ctx.Done():
+		// No free slot, or no room for another row-lock batch.
+		if free <= 0 || (q.cfg.RowLockLease > 0 && q.openBatches.Load() >= q.maxBatches) {
+			if !q.waitFreed(ctx, 0) {
 				return
-			case <-q.freed:
-				continue
 			}
-		}
-		if q.cfg.RowLockLease > 0 && q.openBatches.Load() >= q.maxBatches {
-			select {
-			case <-ctx.Done():
-				return
-			case <-q.freed:
-				continue
-			}
+			continue
 		}
 		want := min(free, q.cfg.ClaimBatch)
 		if rest := q.cooldownLeft(want, lastClaim); rest > 0 {
-			if !q.waitCooldown(ctx, rest) {
+			if !q.waitFreed(ctx, rest) {
 				return
 			}
 			continue
@@ -145,16 +136,20 @@ func (q *queueWorker) cooldownLeft(want int, last time.Time) time.Duration {
 	return q.cfg.ClaimCooldown - time.Since(last)
 }
 
-// waitCooldown waits for a freed slot or the end of the cooldown (rest); it
-// reports false when ctx ends first.
-func (q *queueWorker) waitCooldown(ctx context.Context, rest time.Duration) bool {
-	t := time.NewTimer(rest)
-	defer t.Stop()
+// waitFreed waits for a delivery slot to be freed, or at most d when d is
+// positive; it reports false when ctx ends first.
+func (q *queueWorker) waitFreed(ctx context.Context, d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case <-ctx.Done():
 		return false
 	case <-q.freed:
-	case <-t.C:
+	case <-timeout:
 	}
 	return true
 }
