@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/cli"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
@@ -14,15 +14,10 @@ import (
 
 // engineRows counts the engine's rows (effects and key rows), which bench
 // must leave as it found them.
-func engineRows(t *testing.T, dsn string) int64 {
+func engineRows(t *testing.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	var n int64
-	if err := conn.QueryRow(context.Background(),
+	if err := pool.QueryRow(context.Background(),
 		`SELECT (SELECT count(*) FROM pgoutbox.effects) + (SELECT count(*) FROM pgoutbox.effect_keys)`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
@@ -36,15 +31,15 @@ func engineRows(t *testing.T, dsn string) int64 {
 // written.
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDB(t)
-	before := engineRows(t, dsn)
+	pool, dsn := pgtest.NewPool(t)
+	before := engineRows(t, pool)
 
 	for _, bad := range [][]string{{"--effects", "0"}, {"--payload-bytes", "5"}, {"--claim-cooldown", "-1ms"}, {"--row-lock", "-1s"}} {
 		code, _, errs := run(t, append([]string{"--database-url", dsn, "bench"}, bad...)...)
 		if code != cli.ExitCouldNotRun || !strings.Contains(errs, "must be positive") {
 			t.Fatalf("bench %v: exit %d, stderr %q; want %d and a clear error", bad, code, errs, cli.ExitCouldNotRun)
 		}
-		if n := engineRows(t, dsn); n != before {
+		if n := engineRows(t, pool); n != before {
 			t.Fatalf("bench %v wrote rows: %d → %d", bad, before, n)
 		}
 	}
@@ -77,7 +72,7 @@ func TestBenchCommand(t *testing.T) {
 	if rep.Sustained != nil || rep.Latency != nil {
 		t.Fatalf("--sustained 0 --latency 0 still reported %s %s", ptr(rep.Sustained), ptr(rep.Latency))
 	}
-	if n := engineRows(t, dsn); n != before {
+	if n := engineRows(t, pool); n != before {
 		t.Fatalf("bench left rows behind: %d → %d", before, n)
 	}
 
@@ -91,7 +86,7 @@ func TestBenchCommand(t *testing.T) {
 			t.Fatalf("bench output has no %q:\n%s", line, out)
 		}
 	}
-	if n := engineRows(t, dsn); n != before {
+	if n := engineRows(t, pool); n != before {
 		t.Fatalf("bench left rows behind: %d → %d", before, n)
 	}
 }
