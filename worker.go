@@ -369,7 +369,14 @@ func (q *queueWorker) completeTx(ctx context.Context, d *Delivery, fence store.F
 			return
 		}
 	}
-	if err := tx.Commit(tctx); err != nil {
+	// The commit is not cut short by the delivery's cancellation (a lease
+	// extension that saw this very completion, shutdown) or the job's
+	// timeout: once the fenced completion holds the row, interrupting the
+	// COMMIT in flight only makes its outcome unknown, and a commit that
+	// succeeded would then go unreported.
+	cctx, ccancel := finishCtx(ctx)
+	defer ccancel()
+	if err := tx.Commit(cctx); err != nil {
 		q.c.log.Error("completion commit failed; the lease will expire and the effect be recovered",
 			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
 		return
