@@ -45,14 +45,27 @@ func credentialOracle(raw []byte) (bool, error) {
 	return false, nil
 }
 
-// seedWebhookPayloads adds GitHub's published webhook payloads (beside the
-// repository, when present) that fit in an effect.
+// seedWebhookPayloads adds GitHub's published webhook payloads (the
+// repository's testdata/github-webhooks) that fit in an effect. A missing or
+// thin corpus fails the fuzz target instead of seeding nothing.
 func seedWebhookPayloads(f *testing.F, limit int) {
-	files, _ := filepath.Glob("../shared/testdata/github-webhooks/*/*.json")
+	files, err := filepath.Glob("testdata/github-webhooks/*/*.json")
+	if err != nil || len(files) < 100 {
+		f.Fatalf("webhook payload corpus: %d files under testdata/github-webhooks (%v), want at least 100", len(files), err)
+	}
+	added := 0
 	for _, p := range files {
-		if b, err := os.ReadFile(p); err == nil && len(b) <= limit {
-			f.Add(b)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
 		}
+		if len(b) <= limit {
+			f.Add(b)
+			added++
+		}
+	}
+	if added == 0 {
+		f.Fatalf("no webhook payload of at most %d bytes to seed", limit)
 	}
 }
 

@@ -62,7 +62,7 @@ func (e *InvalidEffectError) Is(target error) bool { return target == ErrInvalid
 // Outcome is how a delivery ended, as classified from a handler's error.
 type Outcome string
 
-// Delivery outcomes (DESIGN.md, "Delivery outcomes").
+// Delivery outcomes (docs/design.md, "Delivery outcomes").
 const (
 	// OutcomeSuccess: delivered; the effect is completed.
 	OutcomeSuccess Outcome = "success"

@@ -12,7 +12,7 @@ import (
 // pgx.Tx.
 type DB = store.DBTX
 
-// State is an effect's state (DESIGN.md, "States").
+// State is an effect's state (docs/design.md, "States").
 type State string
 
 // Effect states.

@@ -13,7 +13,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// Broker relaying (DESIGN.md, "Scale-out"). When delivery moves onto a
+// Broker relaying (docs/design.md, "Scale-out"). When delivery moves onto a
 // broker, PostgreSQL stays the source of truth and every transition stays
 // fenced:
 //
@@ -297,7 +297,7 @@ const (
 // RunResult is the outcome of Lease.Run.
 type RunResult struct {
 	Status RunStatus
-	// Outcome is the classified outcome (DESIGN.md, "Delivery outcomes").
+	// Outcome is the classified outcome (docs/design.md, "Delivery outcomes").
 	Outcome Outcome
 	// Err is the handler's (or the engine's) error, for RunFailed and
 	// RunUnrecorded.

@@ -387,7 +387,7 @@ func (q *queueWorker) completeTx(ctx context.Context, d *Delivery, fence store.F
 // afterTxFailure handles a completion transaction that could not commit. An
 // internal job or a replay-safe effect is retried. A non-replay-safe effect
 // that was delivered keeps its lease: it expires and the sweeper routes it
-// to reconciliation_required (DESIGN.md, "Delivery outcomes").
+// to reconciliation_required (docs/design.md, "Delivery outcomes").
 func (q *queueWorker) afterTxFailure(ctx context.Context, d *Delivery, fence store.Fence, replaySafe, job bool, err error) {
 	if replaySafe || job {
 		q.fail(ctx, d, fence, true, Retry(err))

@@ -6,7 +6,7 @@ import (
 	"path"
 )
 
-// Defaults (DESIGN.md, "The release control plane").
+// Defaults (docs/design.md, "The release control plane").
 const (
 	// MaxBodyBytesDefault is GitHub's webhook payload cap, 25 MiB
 	// (WEBHOOK_MAX_BODY_BYTES).

@@ -1,5 +1,5 @@
 -- +goose Up
--- The engine: one table for every queue's effects (see DESIGN.md, "Queues").
+-- The engine: one table for every queue's effects (see docs/design.md, "Queues").
 CREATE SCHEMA IF NOT EXISTS pgoutbox;
 
 CREATE TYPE pgoutbox.effect_state AS ENUM (

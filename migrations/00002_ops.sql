@@ -1,5 +1,5 @@
 -- +goose Up
--- Operations (DESIGN.md, "Operations"): the shape of the aggregate samples
+-- Operations (docs/design.md, "Operations"): the shape of the aggregate samples
 -- read by `readiness broker`, and the lease-recovery routing rule shared by
 -- the sweeper and `requeue-stale`.
 

@@ -1,5 +1,5 @@
 -- +goose Up
--- The record projection (DESIGN.md, "The record projection"): the records that
+-- The record projection (docs/design.md, "The record projection"): the records that
 -- POST /api/records and POST /api/import upsert, each change enqueuing a
 -- record.upsert effect in the queue outbox_events in the same transaction.
 CREATE SCHEMA IF NOT EXISTS storage_documents;

@@ -1,5 +1,5 @@
 -- +goose Up
--- The release control plane (DESIGN.md, "The release control plane").
+-- The release control plane (docs/design.md, "The release control plane").
 CREATE SCHEMA IF NOT EXISTS control_plane;
 
 -- Every accepted webhook delivery: the normalized, bounded event and the

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Alert thresholds (DESIGN.md, "Operations"). A rule fires when its value
+// Alert thresholds (docs/design.md, "Operations"). A rule fires when its value
 // reaches its threshold (value >= threshold); a threshold ≤ 0 disables the
 // rule, except reconciliation_required, which always fires on any record.
 const (

@@ -1,4 +1,4 @@
-// Package ops is what an operator of pgoutbox sees and does (DESIGN.md,
+// Package ops is what an operator of pgoutbox sees and does (docs/design.md,
 // "Operations"): status, dead-letter listing and replay, stale-lease
 // requeue, alert rules, the /metrics gauges, the aggregate samples workers
 // persist and the broker-readiness decision made from them. The commands in

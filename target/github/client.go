@@ -22,7 +22,7 @@ const responseLimit = 4 << 20
 
 // Client calls the GitHub REST endpoints the release control plane needs,
 // as an installation, and classifies every failure as a pgoutbox outcome
-// (DESIGN.md, "GitHub App auth"): 401/404/422 and 403 "Resource not
+// (docs/design.md, "GitHub App auth"): 401/404/422 and 403 "Resource not
 // accessible by integration" are permanent; 403/429 with rate-limit headers
 // retry after the reset or Retry-After; 5xx and transport errors retry for
 // replay-safe calls and are ambiguous for a dispatch (unless the request

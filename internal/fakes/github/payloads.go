@@ -10,16 +10,13 @@ import (
 
 // PayloadsRelDir is where GitHub's example webhook payloads live, relative
 // to the module root: one folder per event (the X-GitHub-Event name), one
-// JSON file per action or variant (octokit/webhooks, MIT licence).
-const PayloadsRelDir = "../shared/testdata/github-webhooks"
+// JSON file per action or variant (octokit/webhooks, MIT licence; see the
+// README and LICENSE there).
+const PayloadsRelDir = "testdata/github-webhooks"
 
-// PayloadsEnv names an environment variable that, when set, is the corpus
-// folder (for checkouts that do not sit beside shared/).
-const PayloadsEnv = "PGOUTBOX_WEBHOOK_CORPUS"
-
-// PayloadsSharedDir is the corpus's place on the team's machines, tried
-// after the module-relative path (a clean checkout elsewhere, e.g. CI).
-const PayloadsSharedDir = "/work/shared/testdata/github-webhooks"
+// minPayloadEvents is the fewest event folders a complete corpus holds; a
+// corpus with fewer is reported as broken rather than silently tested.
+const minPayloadEvents = 50
 
 // Payload is one example webhook payload.
 type Payload struct {
@@ -31,41 +28,33 @@ type Payload struct {
 	Body []byte
 }
 
-// PayloadsDir locates the example payload folder: $PGOUTBOX_WEBHOOK_CORPUS
-// when set, else PayloadsRelDir from the module root (found by walking up
-// from the working directory to the directory holding go.mod), else
-// PayloadsSharedDir. It fails, rather than letting tests skip, when none
-// exists.
+// PayloadsDir locates the example payload folder: PayloadsRelDir under the
+// module root, found by walking up from the working directory to the
+// directory holding go.mod. It never looks outside the checkout, and it
+// fails, rather than letting tests skip, when the folder is missing.
 func PayloadsDir() (string, error) {
-	var candidates []string
-	if env := os.Getenv(PayloadsEnv); env != "" {
-		candidates = append(candidates, env)
-	}
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			candidates = append(candidates, filepath.Clean(filepath.Join(dir, filepath.FromSlash(PayloadsRelDir))))
-			break
+			c := filepath.Join(dir, filepath.FromSlash(PayloadsRelDir))
+			if fi, err := os.Stat(c); err != nil || !fi.IsDir() {
+				return "", fmt.Errorf("fakes/github: webhook payload corpus not found at %s (it is part of the repository)", c)
+			}
+			return c, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			break
+			return "", fmt.Errorf("fakes/github: no go.mod above the working directory, so no %s", PayloadsRelDir)
 		}
 		dir = parent
 	}
-	candidates = append(candidates, PayloadsSharedDir)
-	for _, c := range candidates {
-		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("fakes/github: webhook payload corpus not found (looked in %s; set %s)",
-		strings.Join(candidates, ", "), PayloadsEnv)
 }
 
+// Payloads reads every example payload, sorted by event then file name. It
+// fails when the corpus is missing or has fewer than 50 event folders.
 func Payloads() ([]Payload, error) {
 	root, err := PayloadsDir()
 	if err != nil {
@@ -76,10 +65,12 @@ func Payloads() ([]Payload, error) {
 		return nil, err
 	}
 	var out []Payload
+	seen := 0
 	for _, e := range events {
 		if !e.IsDir() {
 			continue
 		}
+		seen++
 		files, err := os.ReadDir(filepath.Join(root, e.Name()))
 		if err != nil {
 			return nil, err
@@ -94,6 +85,9 @@ func Payloads() ([]Payload, error) {
 			}
 			out = append(out, Payload{Event: e.Name(), Name: f.Name(), Body: body})
 		}
+	}
+	if seen < minPayloadEvents {
+		return nil, fmt.Errorf("fakes/github: webhook payload corpus at %s has %d event folders, want at least %d", root, seen, minPayloadEvents)
 	}
 	slices.SortFunc(out, func(a, b Payload) int {
 		return strings.Compare(a.Event+"/"+a.Name, b.Event+"/"+b.Name)
