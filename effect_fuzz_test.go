@@ -69,18 +69,31 @@ func seedWebhookPayloads(f *testing.F, limit int) {
 	}
 }
 
+// credentialGuardSeeds are the payloads FuzzPayloadCredentialGuard and
+// FuzzSQLCredentialGuard start from.
+var credentialGuardSeeds = []string{
+	`{}`, `[]`, `null`, `{"a":1}`, `{"token":"x"}`, `{"a":{"b":[{"apiKey":1}]}}`,
+	`{"":"x","token":"s3cr3t"}`, `{"":"token"}`, `{"a":"","password":"p"}`,
+	`{"private_key":null}`, `{"x":[1,"token",{"y":{}}],"z":{"Authorization":"Bearer"}}`,
+	`{"a":1,"a":{"secret":2}}`, `{"":{"token":null},"":{}}`, `"token"`, `[{"cookie":1}]`, `{"PRIVATE_KEY":1}`, `{"pass word":1}`,
+}
+
+// credentialKeySeeds are the keys FuzzIsCredentialKey and
+// FuzzSQLIsCredentialKey start from.
+var credentialKeySeeds = []string{
+	"token", "accessToken", "access_token", "X-Api-Key", "apikey", "APIKey", "private_key",
+	"privateKey", "PRIVATE-KEY", "client_secret", "passwd", "Authorization", "cookie", "tokenizer",
+	"secretary", "keys", "api", "", "_", "ÄÖ", "aPIKey", "JWTToken", "sessionCookieName",
+	"to\u212Aen", "PRIVATE_\u212AEY", "ſecret", "name", "repository", "Passphrase",
+}
+
 // FuzzPayloadCredentialGuard checks Enqueue's payload validation (prepare)
 // against an independent decoder: a payload with a credential-looking key
 // at any depth is refused with *CredentialKeyError, one without is
 // accepted, invalid JSON and oversize payloads get their own typed errors,
 // and an accepted payload is stored byte for byte.
 func FuzzPayloadCredentialGuard(f *testing.F) {
-	for _, s := range []string{
-		`{}`, `[]`, `null`, `{"a":1}`, `{"token":"x"}`, `{"a":{"b":[{"apiKey":1}]}}`,
-		`{"":"x","token":"s3cr3t"}`, `{"":"token"}`, `{"a":"","password":"p"}`,
-		`{"private_key":null}`, `{"x":[1,"token",{"y":{}}],"z":{"Authorization":"Bearer"}}`,
-		`{"a":1,"a":{"secret":2}}`, `{"":{"token":null},"":{}}`, `"token"`, `[{"cookie":1}]`, `{"PRIVATE_KEY":1}`, `{"pass word":1}`,
-	} {
+	for _, s := range credentialGuardSeeds {
 		f.Add([]byte(s))
 	}
 	seedWebhookPayloads(f, 8<<10)
@@ -127,12 +140,7 @@ func FuzzPayloadCredentialGuard(f *testing.F) {
 // a credential key; and a key made of lower-case ASCII letters, digits, '_'
 // and '-' is classified the same in SCREAMING_SNAKE case.
 func FuzzIsCredentialKey(f *testing.F) {
-	for _, s := range []string{
-		"token", "accessToken", "access_token", "X-Api-Key", "apikey", "APIKey", "private_key",
-		"privateKey", "PRIVATE-KEY", "client_secret", "passwd", "Authorization", "cookie", "tokenizer",
-		"secretary", "keys", "api", "", "_", "ÄÖ", "aPIKey", "JWTToken", "sessionCookieName",
-		"to\u212Aen", "PRIVATE_\u212AEY", "ſecret", "name", "repository", "Passphrase",
-	} {
+	for _, s := range credentialKeySeeds {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
