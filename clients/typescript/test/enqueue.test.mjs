@@ -1,0 +1,227 @@
+// The TypeScript side of the cross-language tests (test/anylang runs it with
+// DATABASE_URL set to a fresh, migrated database holding the table records
+// and Go's effect with the key key("record.upsert", "shared", "v1"); then a
+// Go worker delivers what these tests committed). Every test that needs the
+// database fails, not skips, without DATABASE_URL.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import pg from "pg";
+
+import {
+  enqueue,
+  enqueueBatch,
+  enqueueStatement,
+  isRefusal,
+  key,
+  MAX_PAYLOAD_BYTES,
+  SQLState,
+} from "../dist/index.js";
+
+const url = process.env.DATABASE_URL;
+let pool;
+
+before(() => {
+  assert.ok(url, "DATABASE_URL must name the test database (test/anylang sets it)");
+  pool = new pg.Pool({ connectionString: url, max: 4 });
+});
+
+after(async () => {
+  await pool?.end();
+});
+
+// inTransaction runs fn(client) between BEGIN and COMMIT, or ROLLBACK when
+// fn throws (then it rethrows).
+async function inTransaction(fn) {
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    const out = await fn(client);
+    await client.query("COMMIT");
+    return out;
+  } catch (err) {
+    await client.query("ROLLBACK");
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+async function counts() {
+  const { rows } = await pool.query(`SELECT
+      (SELECT count(*) FROM pgoutbox.effects)::int AS effects,
+      (SELECT count(*) FROM pgoutbox.effect_keys)::int AS keys,
+      (SELECT count(*) FROM records)::int AS records`);
+  return rows[0];
+}
+
+async function effectByKey(k) {
+  const { rows } = await pool.query(
+    "SELECT id::text AS id, queue, effect_type, payload, max_attempts FROM pgoutbox.effects WHERE idempotency_key = $1",
+    [k],
+  );
+  return rows;
+}
+
+test("key equals Go's Key", () => {
+  // pgoutbox.Key("record.upsert", "r1", "abc") (ExampleKey_sql in Go).
+  assert.equal(key("record.upsert", "r1", "abc"), "2a5a1e8b2700f55097b2719c36cf6821768cac8601913fa1cebddbefdb0968ee");
+  assert.notEqual(key("a", "b"), key("a", "c"));
+  assert.throws(() => key("a", 1), TypeError);
+});
+
+test("key equals SQL's pgoutbox.key on any parts", async () => {
+  for (const parts of [[], [""], ["a|b", "c"], ["a", "b|c"], ["ünï", "中文", "🙂"], ["record.upsert", "r1", "abc"]]) {
+    const { rows } = await pool.query("SELECT pgoutbox.key(VARIADIC $1::text[]) AS k", [parts]);
+    assert.equal(key(...parts), rows[0].k, `parts ${JSON.stringify(parts)}`);
+  }
+});
+
+test("a rolled-back transaction leaves neither the domain row nor the effect", async () => {
+  const before = await counts();
+  const k = key("record.upsert", "ts-rolled-back", "v1");
+  await assert.rejects(
+    inTransaction(async (tx) => {
+      await tx.query("INSERT INTO records (id, title) VALUES ($1, $2)", ["ts-rolled-back", "Never"]);
+      const id = await enqueue(tx, { queue: "anylang", type: "record.upsert", key: k, payload: { id: "ts-rolled-back" } });
+      assert.match(id, /^\d+$/);
+      throw new Error("the request failed after the enqueue");
+    }),
+    /the request failed/,
+  );
+  assert.deepEqual(await counts(), before);
+  assert.deepEqual(await effectByKey(k), []);
+});
+
+test("a committed transaction holds the domain row and its effect", async () => {
+  const k = key("record.upsert", "ts-1", "v1");
+  const id = await inTransaction(async (tx) => {
+    await tx.query("INSERT INTO records (id, title) VALUES ($1, $2)", ["ts-1", "From TypeScript"]);
+    return enqueue(tx, {
+      queue: "anylang",
+      type: "record.upsert",
+      key: k,
+      payload: { id: "ts-1", title: "From TypeScript", tags: ["a", "é"] },
+      maxAttempts: 5,
+    });
+  });
+  const rows = await effectByKey(k);
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0].id, id);
+  assert.deepEqual(rows[0].payload, { id: "ts-1", title: "From TypeScript", tags: ["a", "é"] });
+  assert.equal(rows[0].max_attempts, 5);
+  const { rows: rec } = await pool.query("SELECT title FROM records WHERE id = 'ts-1'");
+  assert.deepEqual(rec, [{ title: "From TypeScript" }]);
+});
+
+test("enqueueBatch writes in one statement, ids in input order, a repeated key once", async () => {
+  const before = await counts();
+  const ids = await inTransaction(async (tx) => {
+    await tx.query("INSERT INTO records (id, title) VALUES ('ts-2', 'Two'), ('ts-3', 'Three')");
+    return enqueueBatch(tx, [
+      { queue: "anylang", type: "record.upsert", key: key("record.upsert", "ts-3", "v1"), payload: { id: "ts-3" } },
+      { queue: "anylang", type: "record.upsert", key: key("record.upsert", "ts-2", "v1"), payload: { id: "ts-2" } },
+      { queue: "anylang", type: "record.upsert", key: key("record.upsert", "ts-3", "v1"), payload: { id: "ignored" } },
+    ]);
+  });
+  assert.equal(ids.length, 3);
+  assert.equal(ids[0], ids[2]);
+  assert.notEqual(ids[0], ids[1]);
+  const after = await counts();
+  assert.equal(after.effects, before.effects + 2);
+  assert.equal(after.keys, before.keys + 2);
+  assert.deepEqual((await effectByKey(key("record.upsert", "ts-3", "v1")))[0].payload, { id: "ts-3" });
+});
+
+test("the key Go enqueued is one effect: TypeScript gets its id and writes nothing", async () => {
+  const k = key("record.upsert", "shared", "v1");
+  const existing = await effectByKey(k);
+  assert.equal(existing.length, 1, "test/anylang enqueues this key from Go before running node");
+  const before = await counts();
+  const id = await inTransaction((tx) =>
+    enqueue(tx, { queue: "anylang", type: "record.upsert", key: k, payload: { from: "typescript" } }),
+  );
+  assert.equal(id, existing[0].id);
+  assert.deepEqual(await counts(), before);
+  assert.deepEqual((await effectByKey(k))[0].payload, existing[0].payload);
+});
+
+test("bad input is refused with the SQL error and writes nothing", async () => {
+  const cases = [
+    {
+      name: "oversized payload",
+      effect: { payload: { blob: "x".repeat(MAX_PAYLOAD_BYTES) } },
+      code: SQLState.PayloadTooLarge,
+      message: /payload is 65547 bytes, over the 65536-byte limit/,
+    },
+    {
+      name: "credential key",
+      effect: { payload: { user: { name: "ada", password: "hunter2" } } },
+      code: SQLState.CredentialKey,
+      message: /payload key \$\.user\.password looks like a credential/,
+    },
+    { name: "empty queue", effect: { queue: "" }, code: SQLState.InvalidEffect, message: /queue must be 1-128 bytes/ },
+    { name: "blank queue", effect: { queue: " \t" }, code: SQLState.InvalidEffect, message: /queue must be 1-128 bytes/ },
+    { name: "long queue", effect: { queue: "q".repeat(129) }, code: SQLState.InvalidEffect, message: /queue must be 1-128 bytes/ },
+    { name: "max attempts", effect: { maxAttempts: 1001 }, code: SQLState.InvalidEffect, message: /max_attempts must be between/ },
+  ];
+  for (const c of cases) {
+    for (const form of ["enqueue", "enqueueBatch"]) {
+      const before = await counts();
+      const effect = { queue: "anylang", type: "record.upsert", key: key("bad", c.name), ...c.effect };
+      const err = await inTransaction(async (tx) => {
+        await tx.query("INSERT INTO records (id, title) VALUES ($1, 'bad')", [`bad-${c.name}`]);
+        await (form === "enqueue" ? enqueue(tx, effect) : enqueueBatch(tx, [effect]));
+      }).then(
+        () => assert.fail(`${c.name} (${form}): accepted`),
+        (e) => e,
+      );
+      assert.ok(isRefusal(err, c.code), `${c.name} (${form}): ${err.code} ${err.message}, want ${c.code}`);
+      assert.ok(isRefusal(err));
+      assert.match(err.message, c.message, `${c.name} (${form})`);
+      assert.doesNotMatch(err.message, /hunter2/, "the message names the key, never the value");
+      assert.deepEqual(await counts(), before, `${c.name} (${form}) wrote something`);
+    }
+  }
+});
+
+test("a batch with one bad effect writes none of its effects", async () => {
+  const before = await counts();
+  const err = await inTransaction((tx) =>
+    enqueueBatch(tx, [
+      { queue: "anylang", type: "record.upsert", key: key("fine") },
+      { queue: "anylang", type: "record.upsert", key: key("bad"), payload: { apiKey: "k" } },
+    ]),
+  ).catch((e) => e);
+  assert.equal(err.code, SQLState.CredentialKey);
+  assert.match(err.message, /^pgoutbox: effect 1: payload key \$\.apiKey/);
+  assert.deepEqual(await counts(), before);
+});
+
+test("a Pool is refused: its queries would run outside the transaction", async () => {
+  const before = await counts();
+  await assert.rejects(enqueue(pool, { queue: "anylang", type: "t", key: "pool" }), TypeError);
+  await assert.rejects(enqueueBatch(pool, [{ queue: "anylang", type: "t", key: "pool" }]), TypeError);
+  await assert.rejects(enqueue(null, { queue: "anylang", type: "t", key: "pool" }), TypeError);
+  assert.deepEqual(await counts(), before);
+});
+
+test("values JSON cannot carry are refused before the database", async () => {
+  const client = await pool.connect();
+  try {
+    assert.deepEqual(await enqueueBatch(client, []), []);
+    await assert.rejects(enqueue(client, { queue: "q", type: "t", key: "k", payload: () => 1 }), TypeError);
+    await assert.rejects(enqueue(client, { queue: "q", type: "t", key: "k", payload: { n: 1n } }), TypeError);
+    await assert.rejects(enqueue(client, { queue: "q", type: "t", key: "k", maxAttempts: NaN }), TypeError);
+    await assert.rejects(enqueueBatch(client, [{ queue: "q", type: "t", key: "k", maxAttempts: 2.5 }]), TypeError);
+    await assert.rejects(enqueue(client, { queue: "q", type: "t", key: "k", availableAt: new Date("nope") }), TypeError);
+  } finally {
+    client.release();
+  }
+});
+
+test("enqueueStatement serves drivers other than node-postgres", () => {
+  const at = new Date("2030-01-02T03:04:05.000Z");
+  const st = enqueueStatement({ queue: "q", type: "t", key: "k", payload: { a: 1 }, maxAttempts: 3, availableAt: at });
+  assert.match(st.text, /^SELECT pgoutbox\.enqueue\(\$1, \$2, \$3, \$4::text::json, \$5::integer, \$6::timestamptz\)/);
+  assert.deepEqual(st.values, ["q", "t", "k", '{"a":1}', 3, "2030-01-02T03:04:05.000Z"]);
+});
