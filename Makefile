@@ -14,10 +14,11 @@ demo: build
 	./bin/pgoutbox demo
 
 ## test: install missing test dependencies (Debian), vet, then every test against a real PostgreSQL
+## (test/anylang builds clients/typescript: npm ci when needed, then tsc)
 test: test-deps vet
 	$(GO) test -count=1 -timeout 45m $(PKGS)
 
-## test-deps: PostgreSQL binaries, Virtuoso, Chromium and promtool, when missing (apt-get)
+## test-deps: PostgreSQL binaries, Virtuoso, Chromium, promtool, Node.js, npm and psycopg, when missing (apt-get)
 test-deps:
 	./scripts/test-deps
 

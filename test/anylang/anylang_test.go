@@ -136,7 +136,7 @@ func TestAnyLanguageEnqueuesInItsOwnTransaction(t *testing.T) {
 	}
 
 	env := []string{"DATABASE_URL=" + dsn}
-	out := run(t, ctx, tsDir, env, node, "--test", "test/")
+	out := run(t, ctx, tsDir, env, node, "--test", "--test-reporter=tap", "test/enqueue.test.mjs")
 	summary := map[string]string{}
 	for _, m := range regexp.MustCompile(`(?m)^# (tests|pass|fail|skipped|cancelled|todo) (\d+)$`).FindAllStringSubmatch(out, -1) {
 		summary[m[1]] = m[2]

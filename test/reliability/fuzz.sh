@@ -10,6 +10,8 @@ FUZZ_PARALLEL="${FUZZ_PARALLEL:-2}"
 targets=(
   ".:FuzzPayloadCredentialGuard"
   ".:FuzzIsCredentialKey"
+  ".:FuzzSQLCredentialGuard"
+  ".:FuzzSQLIsCredentialKey"
   "./controlplane/webhook:FuzzVerify"
   "./controlplane/webhook:FuzzNormalize"
   "./projection:FuzzImportNDJSON"
