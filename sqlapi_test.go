@@ -319,16 +319,24 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	outsider := fmt.Sprintf("pgoutbox_outsider_%d", time.Now().UnixNano())
+	// The outsider may use the schema (to read a view, say): only the
+	// revoked EXECUTE keeps it from enqueuing.
 	if _, err := b.pool.Exec(b.ctx, `CREATE ROLE `+outsider+` NOLOGIN`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		if _, err := b.pool.Exec(ctx, `REVOKE USAGE ON SCHEMA pgoutbox FROM `+outsider); err != nil {
+			t.Errorf("revoke: %v", err)
+		}
 		if _, err := b.pool.Exec(ctx, `DROP ROLE `+outsider); err != nil {
 			t.Errorf("drop role: %v", err)
 		}
 	})
+	if _, err := b.pool.Exec(b.ctx, `GRANT USAGE ON SCHEMA pgoutbox TO `+outsider); err != nil {
+		t.Fatal(err)
+	}
 	as := func(role string, fn func(tx pgx.Tx) error) error {
 		return pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(b.ctx, `SET LOCAL ROLE `+role); err != nil {
@@ -369,6 +377,7 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 		refused("pgoutbox_enqueuer", sql)
 	}
 	refused(outsider, `SELECT pgoutbox.enqueue('q', 't', 'outsider')`)
+	refused(outsider, `SELECT * FROM pgoutbox.enqueue_batch('[{"queue": "q", "effect_type": "t", "idempotency_key": "outsider"}]')`)
 	if n := b.count(t); n != 2 {
 		t.Fatalf("%d effects after the refusals, want 2", n)
 	}
