@@ -470,3 +470,42 @@ func ExampleKey_sql() {
 	fmt.Println(Key("record.upsert", "r1", "abc"))
 	// Output: 2a5a1e8b2700f55097b2719c36cf6821768cac8601913fa1cebddbefdb0968ee
 }
+
+// BenchmarkEnqueueGoAndSQL measures one enqueue inside an open transaction
+// through Go's Enqueue and through pgoutbox.enqueue, with a small payload
+// and with a GitHub push webhook (7.5 KB, many keys holding a credential
+// stem such as "key" or "token"), each with its database round trip.
+func BenchmarkEnqueueGoAndSQL(b *testing.B) {
+	pool, ctx := diffPool(b)
+	push, err := os.ReadFile("testdata/github-webhooks/push/payload.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	payloads := map[string][]byte{"small": []byte(`{"record_id":"r1","version":3,"source_hash":"6dcb09b5b57875f334f61aebed695e2e4193db5e"}`)}
+	payloads["webhook"] = push
+	for _, name := range []string{"small", "webhook"} {
+		raw := payloads[name]
+		for _, side := range []string{"go", "sql"} {
+			b.Run(side+"/"+name, func(b *testing.B) {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				i := 0
+				for b.Loop() {
+					i++
+					k := fmt.Sprintf("%s-%d", side, i)
+					if side == "go" {
+						_, err = Enqueue(ctx, tx, Effect{Queue: "q", Type: "t", Key: k, Payload: json.RawMessage(raw)})
+					} else {
+						_, err = tx.Exec(ctx, `SELECT pgoutbox.enqueue('q', 't', $1, $2::text::json)`, k, string(raw))
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

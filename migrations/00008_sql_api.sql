@@ -297,14 +297,25 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 $$;
 -- +goose StatementEnd
 
--- may_hold_credential_key is false only when no key within the JSON text s
--- can be a credential key: every credential word contains one of these
--- stems, and without \u escapes a key's letters are the text's letters.
+-- has_credential_stem is false only when no word of s can be a credential
+-- word: every credential word (and pair) contains one of the stems token,
+-- secret, pass, authorization, credential, key, cookie, in any case that
+-- fold_key folds (spelled out: a case-insensitive match would follow the
+-- locale, and translate() is slow on long texts).
+-- +goose StatementBegin
+CREATE FUNCTION pgoutbox.has_credential_stem(s text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT s ~ '[tT][oO][kK\u212A][eE][nN]|[sS][eE][cC][rR][eE][tT]|[pP][aA][sS][sS]|[aA][uU][tT][hH][oO][rR][iI\u0130][zZ][aA][tT][iI\u0130][oO][nN]|[cC][rR][eE][dD][eE][nN][tT][iI\u0130][aA][lL]|[kK\u212A][eE][yY]|[cC][oO][oO][kK\u212A][iI\u0130][eE]'
+$$;
+-- +goose StatementEnd
+
+-- may_hold_credential_key is false only when no object key within the JSON
+-- text s can be a credential key: without \u escapes a key's letters are
+-- the text's letters, so a credential word's stem shows in the text.
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.may_hold_credential_key(s text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT strpos(s, '\u') > 0
-        OR pgoutbox.fold_key(s) ~ '(token|secret|pass|authorization|credential|key|cookie)'
+    SELECT strpos(s, '\u') > 0 OR pgoutbox.has_credential_stem(s)
 $$;
 -- +goose StatementEnd
 
@@ -323,40 +334,52 @@ DECLARE
     v_w      text;
     v_prev   text;
 BEGIN
-    IF pgoutbox.fold_key(k) !~ '(token|secret|pass|authorization|credential|key|cookie)' THEN
+    IF NOT pgoutbox.has_credential_stem(k) THEN
         RETURN false;
     END IF;
-    v_chars := string_to_array(k, NULL);
-    v_n := coalesce(array_length(v_chars, 1), 0);
-    SELECT array_agg(coalesce(r.class, 'S') ORDER BY t.ord) INTO v_cls
-    FROM unnest(v_chars) WITH ORDINALITY AS t(ch, ord)
-    LEFT JOIN LATERAL (
-        SELECT CASE WHEN ascii(t.ch) <= x.hi THEN x.class END AS class
-        FROM pgoutbox.key_rune_classes x
-        WHERE x.lo <= ascii(t.ch)
-        ORDER BY x.lo DESC
-        LIMIT 1
-    ) r ON true;
-    FOR i IN 1..v_n LOOP
-        IF v_cls[i] = 'S' THEN
-            IF v_start > 0 THEN
-                v_words := array_append(v_words, array_to_string(v_chars[v_start:i - 1], ''));
-                v_start := 0;
+    IF octet_length(k) = char_length(k) THEN
+        -- ASCII: splitWords' two upper-case boundaries (after a lower-case
+        -- letter; before an upper-case letter followed by a lower-case one
+        -- and preceded by an upper-case one) as regular expressions, then
+        -- everything but letters and digits separates.
+        v_words := regexp_split_to_array(
+            pgoutbox.fold_key(regexp_replace(regexp_replace(k, '([a-z])([A-Z])', '\1 \2', 'g'),
+                                             '([A-Z])([A-Z][a-z])', '\1 \2', 'g')),
+            '[^a-z0-9]+');
+    ELSE
+        v_chars := string_to_array(k, NULL);
+        v_n := array_length(v_chars, 1);
+        SELECT array_agg(coalesce(r.class, 'S') ORDER BY t.ord) INTO v_cls
+        FROM unnest(v_chars) WITH ORDINALITY AS t(ch, ord)
+        LEFT JOIN LATERAL (
+            SELECT CASE WHEN ascii(t.ch) <= x.hi THEN x.class END AS class
+            FROM pgoutbox.key_rune_classes x
+            WHERE x.lo <= ascii(t.ch)
+            ORDER BY x.lo DESC
+            LIMIT 1
+        ) r ON true;
+        FOR i IN 1..v_n LOOP
+            IF v_cls[i] = 'S' THEN
+                IF v_start > 0 THEN
+                    v_words := array_append(v_words, array_to_string(v_chars[v_start:i - 1], ''));
+                    v_start := 0;
+                END IF;
+            ELSIF v_cls[i] = 'U' AND i > 1
+                AND (v_cls[i - 1] = 'L' OR (i < v_n AND v_cls[i + 1] = 'L' AND v_cls[i - 1] = 'U')) THEN
+                IF v_start > 0 THEN
+                    v_words := array_append(v_words, array_to_string(v_chars[v_start:i - 1], ''));
+                END IF;
+                v_start := i;
+            ELSIF v_start = 0 THEN
+                v_start := i;
             END IF;
-        ELSIF v_cls[i] = 'U' AND i > 1
-            AND (v_cls[i - 1] = 'L' OR (i < v_n AND v_cls[i + 1] = 'L' AND v_cls[i - 1] = 'U')) THEN
-            IF v_start > 0 THEN
-                v_words := array_append(v_words, array_to_string(v_chars[v_start:i - 1], ''));
-            END IF;
-            v_start := i;
-        ELSIF v_start = 0 THEN
-            v_start := i;
+        END LOOP;
+        IF v_start > 0 THEN
+            v_words := array_append(v_words, array_to_string(v_chars[v_start:v_n], ''));
         END IF;
-    END LOOP;
-    IF v_start > 0 THEN
-        v_words := array_append(v_words, array_to_string(v_chars[v_start:v_n], ''));
     END IF;
     FOREACH v_w IN ARRAY v_words LOOP
+        CONTINUE WHEN v_w = '';
         v_w := pgoutbox.fold_key(v_w);
         IF v_w IN ('token', 'tokens', 'secret', 'secrets', 'password', 'passwd', 'passphrase',
                    'authorization', 'credential', 'credentials', 'apikey', 'privatekey', 'cookie')
@@ -375,20 +398,30 @@ $$;
 -- json text (not jsonb), so every occurrence of a repeated key is seen, and
 -- it descends only into values whose text may hold a credential key. The
 -- walk is a recursive query, not recursive calls: nesting as deep as
--- PostgreSQL's json input accepts costs no stack.
+-- PostgreSQL's json input accepts costs no stack. PL/pgSQL with a generic
+-- plan, so that the recursive query is planned once per session, not per
+-- payload (planning it cost more than running it on a 7 KB webhook).
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.credential_key_path(payload json) RETURNS text
-LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_path text;
+BEGIN
+    IF NOT pgoutbox.may_hold_credential_key(payload::text) THEN
+        RETURN NULL;
+    END IF;
     WITH RECURSIVE walk(pos, path, cred, value) AS (
         SELECT ARRAY[]::integer[], '$'::text, false, payload
-        WHERE pgoutbox.may_hold_credential_key(payload::text)
         UNION ALL
         SELECT w.pos || e.ord::integer,
                CASE WHEN e.name IS NULL THEN w.path || '[' || (e.ord - 1) || ']' ELSE w.path || '.' || e.name END,
                e.cred, e.value
         FROM walk w
         CROSS JOIN LATERAL (
-            SELECT o.key AS name, o.value, o.ord, pgoutbox.is_credential_key(o.key) AS cred
+            SELECT o.key AS name, o.value, o.ord,
+                   pgoutbox.has_credential_stem(o.key) AND pgoutbox.is_credential_key(o.key) AS cred
             FROM json_each(CASE WHEN json_typeof(w.value) = 'object' THEN w.value ELSE '{}' END)
                 WITH ORDINALITY AS o(key, value, ord)
             UNION ALL
@@ -399,7 +432,9 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
         WHERE NOT w.cred AND (e.cred OR (json_typeof(e.value) IN ('object', 'array')
                                          AND pgoutbox.may_hold_credential_key(e.value::text)))
     )
-    SELECT path FROM walk WHERE cred ORDER BY pos LIMIT 1
+    SELECT walk.path INTO v_path FROM walk WHERE walk.cred ORDER BY walk.pos LIMIT 1;
+    RETURN v_path;
+END;
 $$;
 -- +goose StatementEnd
 
@@ -483,7 +518,8 @@ BEGIN
     -- Key rows first, in canonical (queue, key) byte order; ON CONFLICT DO
     -- NOTHING skips a key already present, waiting for a concurrent
     -- transaction that inserted it; only the effects whose key row was
-    -- written are inserted, and the insert trigger is told so (00006).
+    -- written are inserted, and the insert trigger is told so (00006). The
+    -- statement returns, in input order, each created effect's id or NULL.
     WITH input AS (
         SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
         FROM unnest(p_queues, p_types, p_keys, v_payloads, v_attempts, p_available_at)
@@ -497,26 +533,32 @@ BEGIN
         RETURNING x.effect_id
     ), marked AS (
         SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+    ), created AS (
+        INSERT INTO pgoutbox.effects AS e (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
+        OVERRIDING SYSTEM VALUE
+        SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts, coalesce(i.available_at, now())
+        FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
+        ORDER BY i.id
+        RETURNING e.id
     )
-    INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts, coalesce(i.available_at, now())
-    FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
-    ORDER BY i.id;
+    SELECT array_agg(c.id ORDER BY i.ord) INTO v_ids
+    FROM input i LEFT JOIN created c ON c.id = i.id;
 
-    -- Every key now has its row: this transaction's, or one that existed
-    -- (a fresh statement also sees one a concurrent transaction committed
-    -- while the insert waited for it).
-    SELECT array_agg(k.effect_id ORDER BY t.ord) INTO v_ids
-    FROM unnest(p_queues, p_keys) WITH ORDINALITY AS t(queue, idempotency_key, ord)
-    CROSS JOIN LATERAL (
-        SELECT x.effect_id FROM pgoutbox.effect_keys x
-        WHERE x.queue = t.queue AND x.idempotency_key = t.idempotency_key
-        LIMIT 1
-    ) k;
-    IF coalesce(array_length(v_ids, 1), 0) <> v_n THEN
-        RAISE EXCEPTION 'pgoutbox: an idempotency key conflicts with an effect this transaction cannot see'
-            USING ERRCODE = 'serialization_failure';
+    -- The keys that existed, or repeated in the batch: a fresh statement
+    -- also sees a row a concurrent transaction committed while the insert
+    -- waited for it.
+    IF array_position(v_ids, NULL) IS NOT NULL THEN
+        SELECT array_agg(coalesce(v_ids[t.ord], k.effect_id) ORDER BY t.ord) INTO v_ids
+        FROM unnest(p_queues, p_keys) WITH ORDINALITY AS t(queue, idempotency_key, ord)
+        LEFT JOIN LATERAL (
+            SELECT x.effect_id FROM pgoutbox.effect_keys x
+            WHERE x.queue = t.queue AND x.idempotency_key = t.idempotency_key
+            LIMIT 1
+        ) k ON v_ids[t.ord] IS NULL;
+        IF array_position(v_ids, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'pgoutbox: an idempotency key conflicts with an effect this transaction cannot see'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
     END IF;
     RETURN v_ids;
 END;
@@ -696,5 +738,6 @@ DROP FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], t
 DROP FUNCTION pgoutbox.credential_key_path(json);
 DROP FUNCTION pgoutbox.is_credential_key(text);
 DROP FUNCTION pgoutbox.may_hold_credential_key(text);
+DROP FUNCTION pgoutbox.has_credential_stem(text);
 DROP FUNCTION pgoutbox.fold_key(text);
 DROP TABLE pgoutbox.key_rune_classes;
