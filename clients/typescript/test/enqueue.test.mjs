@@ -225,3 +225,31 @@ test("enqueueStatement serves drivers other than node-postgres", () => {
   assert.match(st.text, /^SELECT pgoutbox\.enqueue\(\$1, \$2, \$3, \$4::text::json, \$5::integer, \$6::timestamptz\)/);
   assert.deepEqual(st.values, ["q", "t", "k", '{"a":1}', 3, "2030-01-02T03:04:05.000Z"]);
 });
+
+test("availableAt and maxAttempts reach the rows of both forms", async () => {
+  const before = await counts();
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    const at = new Date("2031-02-03T04:05:06.789Z");
+    const one = await enqueue(client, { queue: "later", type: "t", key: "one", availableAt: at, maxAttempts: 2 });
+    const [two, three] = await enqueueBatch(client, [
+      { queue: "later", type: "t", key: "two", availableAt: "2031-02-03T04:05:06.789Z", maxAttempts: 3 },
+      { queue: "later", type: "t", key: "three", payload: null },
+    ]);
+    const { rows } = await client.query(
+      `SELECT id::text AS id, max_attempts, available_at, available_at <= now() AS due, payload
+       FROM pgoutbox.effects e WHERE queue = 'later' ORDER BY e.id`,
+    );
+    assert.deepEqual(rows.map((r) => r.id), [one, two, three]);
+    assert.deepEqual(rows.map((r) => r.max_attempts), [2, 3, 8]);
+    assert.equal(rows[0].available_at.toISOString(), at.toISOString());
+    assert.equal(rows[1].available_at.toISOString(), at.toISOString());
+    assert.equal(rows[2].due, true);
+    assert.deepEqual(rows.map((r) => r.payload), [{}, {}, null]);
+  } finally {
+    await client.query("ROLLBACK");
+    client.release();
+  }
+  assert.deepEqual(await counts(), before);
+});
