@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,13 @@ func TestFailedTransitionGoesToReconciliationAtOnce(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			var calls atomic.Int64
 			c := b.startClient(t, pgoutbox.Config{
 				LeaseDuration: time.Hour,
 				Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, RowLockLease: mode.hold}},
 				Types: []pgoutbox.EffectType{{Name: "dispatch", ReplaySafe: false,
 					Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+						calls.Add(1)
 						d.OnComplete(func(ctx context.Context, tx pgx.Tx) error {
 							return errors.New("duplicate run id")
 						})
@@ -40,7 +43,10 @@ func TestFailedTransitionGoesToReconciliationAtOnce(t *testing.T) {
 				t.Errorf("outcome %s, want ambiguous", e.Outcome)
 			}
 			r := b.row(t, ids[0])
-			if r.State != "reconciliation_required" || r.Token != nil || r.LastError == nil ||
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("dispatch sent %d times", n)
+			}
+			if r.State != "reconciliation_required" || r.Token != nil || r.Started == nil || r.LastError == nil ||
 				!strings.Contains(*r.LastError, "completion transition failed: completion transition: duplicate run id") {
 				t.Fatalf("row %+v, last_error %v", r, deref(r.LastError))
 			}
