@@ -46,8 +46,16 @@ type Effect struct {
 	// MaxAttempts is the delivery attempts before dead-lettering; zero means
 	// MaxAttemptsDefault.
 	MaxAttempts int
-	// AvailableAt delays the first attempt; zero means the database's now().
+	// AvailableAt schedules the first attempt at an absolute instant. It is
+	// stored as given and compared with the database clock, so a skew
+	// between this process's clock and the database's moves it; to delay by
+	// a duration, use Delay. Zero means the database's now().
 	AvailableAt time.Time
+	// Delay schedules the first attempt Delay after the enqueue, measured
+	// on the database clock (now() + Delay), whatever this process's clock
+	// says. It must not be negative, and it cannot be combined with
+	// AvailableAt. Zero means no delay.
+	Delay time.Duration
 }
 
 // Key returns a deterministic idempotency key: the hex SHA-256 of the parts
@@ -116,6 +124,10 @@ func prepare(e Effect) (store.NewEffect, error) {
 		return store.NewEffect{}, &InvalidEffectError{Field: "Key", Reason: "must be 1-512 characters"}
 	case e.MaxAttempts < 0 || e.MaxAttempts > 1000:
 		return store.NewEffect{}, &InvalidEffectError{Field: "MaxAttempts", Reason: "must be between 0 (default) and 1000"}
+	case e.Delay < 0:
+		return store.NewEffect{}, &InvalidEffectError{Field: "Delay", Reason: "must not be negative"}
+	case e.Delay > 0 && !e.AvailableAt.IsZero():
+		return store.NewEffect{}, &InvalidEffectError{Field: "Delay", Reason: "cannot be combined with AvailableAt"}
 	}
 	payload, err := encodePayload(e.Payload)
 	if err != nil {
@@ -129,6 +141,7 @@ func prepare(e Effect) (store.NewEffect, error) {
 		t := e.AvailableAt
 		ne.AvailableAt = &t
 	}
+	ne.Delay = e.Delay
 	return ne, nil
 }
 

@@ -10,7 +10,10 @@
 // [MapError].
 //
 // All time arithmetic uses the database clock (now()); callers pass durations
-// in seconds, never absolute timestamps computed on the worker.
+// in seconds, never absolute timestamps computed on the worker. The one
+// exception is NewEffect.AvailableAt, a caller's explicit absolute schedule
+// (pgoutbox.Effect.AvailableAt), stored as given; a relative schedule is
+// NewEffect.Delay, applied to the database's now().
 //
 // A statement that finds rows by id and also checks their state compares
 // state::text, never state: the planner cannot then match the condition to
@@ -80,8 +83,12 @@ type NewEffect struct {
 	Key         string
 	Payload     []byte
 	MaxAttempts int
-	// AvailableAt nil means now().
+	// AvailableAt, when set, is the caller's absolute schedule, stored as
+	// given (the one instant the store takes from outside the database).
+	// Nil means now() + Delay, on the database clock.
 	AvailableAt *time.Time
+	// Delay is added to the database's now() when AvailableAt is nil.
+	Delay time.Duration
 }
 
 // insertSQL writes the key rows first (migration 00006): ON CONFLICT DO
@@ -103,8 +110,8 @@ type NewEffect struct {
 const insertSQL = `
 WITH input AS (
     SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
-        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, ord)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[])
+        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ord)
     ORDER BY t.ord
 ), keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
@@ -118,7 +125,8 @@ WITH input AS (
 )
 INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
 OVERRIDING SYSTEM VALUE
-SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts, coalesce(i.available_at, now())
+SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+    coalesce(i.available_at, now() + make_interval(secs => i.delay_s))
 FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
 ORDER BY i.id
 RETURNING id, queue, idempotency_key`
@@ -136,14 +144,15 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	n := len(effects)
 	queues, types, keys := make([]string, n), make([]string, n), make([]string, n)
 	payloads, maxAttempts := make([]string, n), make([]int32, n)
-	avail := make([]*time.Time, n)
+	avail, delays := make([]*time.Time, n), make([]float64, n)
 	for i, e := range effects {
 		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
 		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
+		delays[i] = e.Delay.Seconds()
 	}
 	type qk struct{ queue, key string }
 	created := make(map[qk]int64, n)
-	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail)
+	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays)
 	if err != nil {
 		return nil, MapError(err)
 	}
