@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -81,6 +82,13 @@ func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
 // EnqueueBatch writes effects inside tx in one statement and returns their ids
 // in input order. Every effect is validated before anything is written: one bad
 // effect fails the whole batch.
+//
+// tx should be READ COMMITTED (PostgreSQL's default). Under REPEATABLE READ
+// or SERIALIZABLE, a key that a concurrent transaction committed after tx's
+// snapshot cannot be returned (tx cannot see it): the enqueue fails with an
+// error wrapping the *pgconn.PgError serialization_failure (SQLSTATE 40001)
+// and writes nothing; retry the whole transaction, and the retry returns
+// the existing effect.
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, error) {
 	if tx == nil {
 		return nil, &InvalidEffectError{Field: "tx", Reason: "is nil: effects are enqueued inside the caller's transaction"}
@@ -104,6 +112,12 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 		var v *store.Violation
 		if errors.As(err, &v) && v.Constraint == "effects_payload_size" {
 			return nil, &PayloadTooLargeError{Size: -1, Limit: MaxPayloadBytes}
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			return nil, fmt.Errorf("pgoutbox: enqueue: serialization failure: under REPEATABLE READ or SERIALIZABLE "+
+				"a key committed by a concurrent transaction after this transaction's snapshot cannot be returned; "+
+				"retry the transaction (the retry returns the existing effect): %w", err)
 		}
 		return nil, fmt.Errorf("pgoutbox: enqueue: %w", err)
 	}

@@ -1,9 +1,14 @@
 package pgoutbox_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox"
 )
@@ -84,5 +89,39 @@ func TestKeyRetentionConfig(t *testing.T) {
 	}
 	if _, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{CompletedRetention: -time.Hour}); err == nil {
 		t.Fatal("a negative CompletedRetention was accepted")
+	}
+}
+
+// Defect 6 (issue #11): under REPEATABLE READ, enqueuing a key that a
+// concurrent transaction committed after the snapshot fails with a clear
+// error that still carries SQLSTATE 40001 (for retry loops), writes
+// nothing, and the retried transaction returns the existing effect.
+func TestEnqueueRepeatableReadConflictSaysRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rr, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rr.Rollback(context.Background()) }()
+	if _, err := rr.Exec(b.ctx, `SELECT count(*) FROM pgoutbox.effects`); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	e := pgoutbox.Effect{Queue: "q", Type: "t", Key: "k"}
+	id := b.enqueue(t, e)[0]
+	_, err = pgoutbox.Enqueue(b.ctx, rr, e)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" || !strings.Contains(err.Error(), "retry the transaction") {
+		t.Fatalf("REPEATABLE READ enqueue of a key committed after the snapshot: %v, want a 40001 that says to retry", err)
+	}
+	_ = rr.Rollback(b.ctx)
+	var again int64
+	err = pgx.BeginTxFunc(b.ctx, b.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		var err error
+		again, err = pgoutbox.Enqueue(b.ctx, tx, e)
+		return err
+	})
+	if err != nil || again != id || b.count(t) != 1 {
+		t.Fatalf("retry: id %d (%v), %d effects; want the existing %d and one effect", again, err, b.count(t), id)
 	}
 }
