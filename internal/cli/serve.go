@@ -20,6 +20,7 @@ type engineFlags struct {
 	lease       time.Duration
 	poll        time.Duration
 	retention   time.Duration
+	keyRetain   time.Duration
 	stopTimeout time.Duration
 	sweepEvery  time.Duration
 }
@@ -32,6 +33,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 		"polling fallback when no NOTIFY arrives (env OUTBOX_POLL_INTERVAL)")
 	f.DurationVar(&e.retention, "completed-retention", envDuration("OUTBOX_COMPLETED_RETENTION", pgoutbox.CompletedRetentionDefault),
 		"how long completed effects are kept (env OUTBOX_COMPLETED_RETENTION)")
+	f.DurationVar(&e.keyRetain, "key-retention", envDuration("OUTBOX_KEY_RETENTION", 0),
+		"how long an idempotency key is remembered after its first enqueue, even once its effect is pruned; 0 means 7 days, or --completed-retention when longer (env OUTBOX_KEY_RETENTION)")
 	f.DurationVar(&e.sweepEvery, "sweep-interval", envDuration("OUTBOX_SWEEP_INTERVAL", pgoutbox.SweepIntervalDefault),
 		"how often expired leases are recovered (env OUTBOX_SWEEP_INTERVAL)")
 	f.DurationVar(&e.stopTimeout, "shutdown-timeout", envDuration("OUTBOX_SHUTDOWN_TIMEOUT", 30*time.Second),
@@ -45,6 +48,7 @@ func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Con
 		LeaseDuration:      e.lease,
 		PollInterval:       e.poll,
 		CompletedRetention: e.retention,
+		KeyRetention:       e.keyRetain,
 		SweepInterval:      e.sweepEvery,
 	}
 }

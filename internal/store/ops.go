@@ -203,26 +203,27 @@ WITH stale AS (
     ORDER BY leased_at, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
-), routed AS (
-    SELECT e.id, pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) AS next_state,
-        coalesce(e.lease_owner, '') AS owner, extract(epoch FROM now() - e.leased_at)::float8 AS held_for
+), held AS (
+    -- Owner and age of the abandoned lease, for the operator's report
+    -- only: the route below reads the locked row itself.
+    SELECT e.id, coalesce(e.lease_owner, '') AS owner, extract(epoch FROM now() - e.leased_at)::float8 AS held_for
     FROM pgoutbox.effects e JOIN stale USING (id)
 )
 UPDATE pgoutbox.effects e
-SET state = r.next_state,
-    available_at = CASE WHEN r.next_state = 'available' THEN now() ELSE e.available_at END,
-    dead_lettered_at = CASE WHEN r.next_state = 'dead_letter' THEN now() END,
-    reconciliation_at = CASE WHEN r.next_state = 'reconciliation_required' THEN now() END,
-    lease_token = NULL, lease_expires_at = NULL,
-    last_error = 'requeued by an operator: lease stalled (owner ' || coalesce(nullif(r.owner, ''), '?') || ')'
-FROM routed r
-WHERE e.id = r.id AND e.state::text = 'leased'
-RETURNING e.id, e.queue, e.effect_type, e.state::text, r.owner, r.held_for`
+SET ` + recoverSet + `,
+    last_error = 'requeued by an operator: lease stalled (owner ' || coalesce(e.lease_owner, '?') || ')'
+FROM held h
+WHERE e.id = h.id AND e.state::text = 'leased'
+RETURNING e.id, e.queue, e.effect_type, e.state::text, h.owner, h.held_for`
 
 // RequeueStale recovers up to limit leases taken more than stalledAfter ago
-// (database clock), with the sweeper's routing (pgoutbox.recovered_state):
-// a started non-replay-safe effect goes to reconciliation_required, an
-// exhausted one to dead_letter, any other back to available. The lease
+// (database clock), with the sweeper's routing (pgoutbox.recovered_state of
+// the locked row, recoverSet): a started non-replay-safe effect goes to
+// reconciliation_required, an exhausted one to dead_letter, any other back
+// to available. It takes live leases too (a stalled worker's lease is kept
+// alive by its extender), so a worker may commit delivery_started_at
+// between this statement's snapshot and its lock: the route reads the
+// locked row, which already carries it. The lease
 // token is cleared, so the stalled worker's writes are fenced off.
 func RequeueStale(ctx context.Context, db DBTX, stalledAfter time.Duration, f OpsFilter, limit int) ([]Moved, error) {
 	return collectMoved(db.Query(ctx, requeueSQL, stalledAfter.Seconds(), f.Queue, f.Type, limit))
