@@ -375,8 +375,9 @@ func TestSQLIsCredentialKeyOnWebhookKeys(t *testing.T) {
 	t.Logf("%d distinct keys, %d spellings, %d credential keys; SQL and Go agree", len(seen), len(keys), creds)
 }
 
-// TestSQLFieldRulesMatchGo: queue, effect_type, idempotency_key and
-// max_attempts at and around their bounds, white space of every kind Go's
+// TestSQLFieldRulesMatchGo: queue, effect_type, idempotency_key,
+// max_attempts and delay (alone and with available_at) at and around their
+// bounds, white space of every kind Go's
 // TrimSpace removes included: pgoutbox.enqueue refuses (OB001, writing
 // nothing) exactly what Go's Enqueue refuses.
 func TestSQLFieldRulesMatchGo(t *testing.T) {
@@ -408,6 +409,11 @@ func TestSQLFieldRulesMatchGo(t *testing.T) {
 	for _, n := range []int{-1, 0, 1, 8, 1000, 1001} {
 		cases = append(cases, tc{Effect{Queue: "q", Type: "t", Key: "k", MaxAttempts: n}, "max_attempts"})
 	}
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, d := range []time.Duration{-time.Second, -time.Microsecond, 0, time.Microsecond, time.Hour} {
+		cases = append(cases, tc{Effect{Queue: "q", Type: "t", Key: "k", Delay: d}, "delay"},
+			tc{Effect{Queue: "q", Type: "t", Key: "k", Delay: d, AvailableAt: at}, "delay"})
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -420,7 +426,12 @@ func TestSQLFieldRulesMatchGo(t *testing.T) {
 		})
 		var n int64
 		sqlErr := inSavepoint(ctx, tx, func(sp pgx.Tx) error {
-			if _, err := sp.Exec(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, NULL, $4)`, c.e.Queue, c.e.Type, c.e.Key, c.e.MaxAttempts); err != nil {
+			var avail *time.Time
+			if !c.e.AvailableAt.IsZero() {
+				avail = &c.e.AvailableAt
+			}
+			if _, err := sp.Exec(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, NULL, $4, $5, $6)`,
+				c.e.Queue, c.e.Type, c.e.Key, c.e.MaxAttempts, avail, c.e.Delay); err != nil {
 				return err
 			}
 			return sp.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects`).Scan(&n)

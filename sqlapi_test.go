@@ -31,8 +31,8 @@ func sqlEnqueue(ctx context.Context, tx pgx.Tx, e pgoutbox.Effect) (int64, error
 		avail = &e.AvailableAt
 	}
 	var id int64
-	err := tx.QueryRow(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5, $6)`,
-		e.Queue, e.Type, e.Key, payload, e.MaxAttempts, avail).Scan(&id)
+	err := tx.QueryRow(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5, $6, $7)`,
+		e.Queue, e.Type, e.Key, payload, e.MaxAttempts, avail, e.Delay).Scan(&id)
 	return id, err
 }
 
@@ -58,6 +58,7 @@ func TestSQLEnqueueWritesGoRows(t *testing.T) {
 		{Queue: "search", Type: "record.upsert", Payload: map[string]any{"id": "r1", "n": 1.5, "tags": []string{"a", "b"}, "nested": map[string]any{"x": nil}}},
 		{Queue: "q", Type: "t", Payload: []any{1, "two", true}, MaxAttempts: 3},
 		{Queue: "q", Type: "t", Payload: "just a string", MaxAttempts: 1000, AvailableAt: at},
+		{Queue: "q", Type: "t", Delay: 90*time.Second + 250*time.Millisecond},
 		{Queue: "q", Type: "t", Payload: json.RawMessage(`{"a": 1, "a": 2, "b": 10000000000000000000001}`)},
 		{Queue: "ü", Type: "型", Payload: map[string]any{"name": "x\ty"}},
 	} {
@@ -166,6 +167,13 @@ func TestSQLEnqueueBadInputWritesNothing(t *testing.T) {
 		{"long key", `SELECT pgoutbox.enqueue('q', 't', repeat('k', 513))`, nil, "OB001", "idempotency_key must be 1-512 bytes"},
 		{"max attempts", `SELECT pgoutbox.enqueue('q', 't', 'k', NULL, 1001)`, nil, "OB001", "max_attempts must be between 0 (default) and 1000"},
 		{"infinite time", `SELECT pgoutbox.enqueue('q', 't', 'k', NULL, NULL, 'infinity')`, nil, "OB001", "available_at must be a finite time"},
+		{"negative delay", `SELECT pgoutbox.enqueue('q', 't', 'k', delay => '-1 second')`, nil, "OB001", "delay must not be negative"},
+		{"delay and time", `SELECT pgoutbox.enqueue('q', 't', 'k', available_at => now(), delay => '1 second')`, nil, "OB001",
+			"delay cannot be combined with available_at"},
+		{"batch: bad delay", `SELECT * FROM pgoutbox.enqueue_batch($1::text::json)`,
+			[]any{`[{"queue": "q", "effect_type": "t", "idempotency_key": "k", "delay": "soon"}]`}, "OB001", `delay "soon" is not an interval`},
+		{"batch: negative delay", `SELECT * FROM pgoutbox.enqueue_batch($1::text::json)`,
+			[]any{`[{"queue": "q", "effect_type": "t", "idempotency_key": "k", "delay": -5}]`}, "OB001", "delay must not be negative"},
 		{"oversized payload", `SELECT pgoutbox.enqueue('q', 't', 'k', $1::text::json)`, []any{big}, "OB002", "payload is 65544 bytes, over the 65536-byte limit"},
 		{"credential key", `SELECT pgoutbox.enqueue('q', 't', 'k', '{"repo": {"deploy": [{"apiKey": "x"}]}}')`, nil, "OB003",
 			"payload key $.repo.deploy[0].apiKey looks like a credential; secrets must not be stored in effects"},
@@ -372,7 +380,7 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key) VALUES ('q', 't', 'direct')`,
 		`UPDATE pgoutbox.effects SET state = 'completed'`,
 		`DELETE FROM pgoutbox.effects`,
-		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}')`,
+		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}', '{NULL}')`,
 	} {
 		refused("pgoutbox_enqueuer", sql)
 	}

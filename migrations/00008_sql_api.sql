@@ -6,7 +6,9 @@
 --   * queue 1-128 bytes, effect_type 1-128 bytes, idempotency_key 1-512
 --     bytes, none of them only white space (Go's strings.TrimSpace set);
 --   * max_attempts 0 (or NULL: the default, 8) to 1000;
---   * available_at NULL means now(); it must be finite;
+--   * available_at NULL means now(); it must be finite; delay (an interval,
+--     not negative, not with available_at) schedules the first attempt at
+--     now() + delay on the database clock (Go's Effect.Delay);
 --   * the payload: NULL means {}; at most 65,536 bytes as given and as
 --     stored; no object key at any depth (every occurrence of a repeated key
 --     included) that looks like a credential, with the same verdict as
@@ -445,7 +447,7 @@ $$;
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.enqueue_rows(
     p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[],
-    p_available_at timestamptz[]
+    p_available_at timestamptz[], p_delays interval[]
 ) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -483,6 +485,14 @@ BEGIN
             RAISE EXCEPTION 'pgoutbox: %invalid effect: max_attempts must be between 0 (default) and 1000, not %',
                 v_at, p_max_attempts[i]
                 USING ERRCODE = 'OB001', COLUMN = 'max_attempts';
+        END IF;
+        IF p_delays[i] < interval '0' THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: delay must not be negative, not %', v_at, p_delays[i]
+                USING ERRCODE = 'OB001', COLUMN = 'delay';
+        END IF;
+        IF p_delays[i] > interval '0' AND p_available_at[i] IS NOT NULL THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: delay cannot be combined with available_at', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'delay';
         END IF;
         IF NOT isfinite(p_available_at[i]) THEN
             RAISE EXCEPTION 'pgoutbox: %invalid effect: available_at must be a finite time, not %', v_at, p_available_at[i]
@@ -522,8 +532,8 @@ BEGIN
     -- statement returns, in input order, each created effect's id or NULL.
     WITH input AS (
         SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-        FROM unnest(p_queues, p_types, p_keys, v_payloads, v_attempts, p_available_at)
-            WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, ord)
+        FROM unnest(p_queues, p_types, p_keys, v_payloads, v_attempts, p_available_at, p_delays)
+            WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay, ord)
         ORDER BY t.ord
     ), keyed AS (
         INSERT INTO pgoutbox.effect_keys AS x (queue, idempotency_key, effect_id)
@@ -536,7 +546,8 @@ BEGIN
     ), created AS (
         INSERT INTO pgoutbox.effects AS e (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
         OVERRIDING SYSTEM VALUE
-        SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts, coalesce(i.available_at, now())
+        SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+            coalesce(i.available_at, now() + coalesce(i.delay, interval '0'))
         FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
         ORDER BY i.id
         RETURNING e.id
@@ -574,21 +585,22 @@ CREATE FUNCTION pgoutbox.enqueue(
     idempotency_key  text,
     payload          json DEFAULT NULL,
     max_attempts     integer DEFAULT NULL,
-    available_at     timestamptz DEFAULT NULL
+    available_at     timestamptz DEFAULT NULL,
+    delay            interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN (pgoutbox.enqueue_rows(ARRAY[queue], ARRAY[effect_type], ARRAY[idempotency_key], ARRAY[payload],
-                                  ARRAY[max_attempts], ARRAY[available_at]))[1];
+                                  ARRAY[max_attempts], ARRAY[available_at], ARRAY[delay]))[1];
 END;
 $$;
 -- +goose StatementEnd
 
 -- enqueue_batch writes a JSON array of effects ({"queue", "effect_type",
--- "idempotency_key", "payload", "max_attempts", "available_at"}; the last
--- three optional) in one statement and returns one row per element: its
+-- "idempotency_key", "payload", "max_attempts", "available_at", "delay"};
+-- the last four optional) in one statement and returns one row per element: its
 -- index (from 0) and its id. One bad element refuses the whole batch.
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.enqueue_batch(effects json) RETURNS TABLE (idx integer, id bigint)
@@ -596,7 +608,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    c_fields    constant text[] := ARRAY['queue', 'effect_type', 'idempotency_key', 'payload', 'max_attempts', 'available_at'];
+    c_fields    constant text[] := ARRAY['queue', 'effect_type', 'idempotency_key', 'payload', 'max_attempts', 'available_at',
+                                         'delay'];
     v_n         integer;
     v_at        text;
     v_e         json;
@@ -608,6 +621,8 @@ DECLARE
     v_payloads  json[] := '{}';
     v_attempts  integer[] := '{}';
     v_avail     timestamptz[] := '{}';
+    v_delays    interval[] := '{}';
+    v_delay     interval;
     v_ts        timestamptz;
     v_ids       bigint[];
 BEGIN
@@ -666,8 +681,28 @@ BEGIN
             END;
         END IF;
         v_avail := array_append(v_avail, v_ts);
+        -- delay: a number of seconds, or PostgreSQL interval text ("PT5M",
+        -- "5 minutes").
+        CASE coalesce(json_typeof(v_e -> 'delay'), 'null')
+        WHEN 'null' THEN
+            v_delay := NULL;
+        WHEN 'number' THEN
+            v_delay := make_interval(secs => (v_e ->> 'delay')::float8);
+        WHEN 'string' THEN
+            BEGIN
+                v_delay := (v_e ->> 'delay')::interval;
+            EXCEPTION WHEN data_exception THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: delay "%" is not an interval', v_at, v_e ->> 'delay'
+                    USING ERRCODE = 'OB001', COLUMN = 'delay';
+            END;
+        ELSE
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: delay must be a number of seconds or an interval string, not %',
+                v_at, json_typeof(v_e -> 'delay')
+                USING ERRCODE = 'OB001', COLUMN = 'delay';
+        END CASE;
+        v_delays := array_append(v_delays, v_delay);
     END LOOP;
-    v_ids := pgoutbox.enqueue_rows(v_queues, v_types, v_keys, v_payloads, v_attempts, v_avail);
+    v_ids := pgoutbox.enqueue_rows(v_queues, v_types, v_keys, v_payloads, v_attempts, v_avail, v_delays);
     RETURN QUERY SELECT (u.o - 1)::integer, u.x FROM unnest(v_ids) WITH ORDINALITY AS u(x, o) ORDER BY u.o;
 END;
 $$;
@@ -688,8 +723,8 @@ $$;
 
 -- Functions are executable by PUBLIC by default: the enqueue functions, which
 -- write with their owner's privileges, are not.
-REVOKE EXECUTE ON FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[]) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION pgoutbox.enqueue(text, text, text, json, integer, timestamptz) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[], interval[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgoutbox.enqueue(text, text, text, json, integer, timestamptz, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.enqueue_batch(json) FROM PUBLIC;
 
 -- The role that may enqueue and nothing else. Roles belong to the cluster,
@@ -712,7 +747,7 @@ BEGIN
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgoutbox_enqueuer') THEN
         GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
-        GRANT EXECUTE ON FUNCTION pgoutbox.enqueue(text, text, text, json, integer, timestamptz) TO pgoutbox_enqueuer;
+        GRANT EXECUTE ON FUNCTION pgoutbox.enqueue(text, text, text, json, integer, timestamptz, interval) TO pgoutbox_enqueuer;
         GRANT EXECUTE ON FUNCTION pgoutbox.enqueue_batch(json) TO pgoutbox_enqueuer;
         GRANT EXECUTE ON FUNCTION pgoutbox.key(text[]) TO pgoutbox_enqueuer;
     END IF;
@@ -733,8 +768,8 @@ $$;
 -- +goose StatementEnd
 DROP FUNCTION pgoutbox.key(text[]);
 DROP FUNCTION pgoutbox.enqueue_batch(json);
-DROP FUNCTION pgoutbox.enqueue(text, text, text, json, integer, timestamptz);
-DROP FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[]);
+DROP FUNCTION pgoutbox.enqueue(text, text, text, json, integer, timestamptz, interval);
+DROP FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[], interval[]);
 DROP FUNCTION pgoutbox.credential_key_path(json);
 DROP FUNCTION pgoutbox.is_credential_key(text);
 DROP FUNCTION pgoutbox.may_hold_credential_key(text);

@@ -32,8 +32,18 @@ export interface Effect {
   payload?: unknown;
   /** Delivery attempts before dead-lettering, 0-1000; 0 or undefined means 8. */
   maxAttempts?: number;
-  /** Delays the first attempt; undefined means the database's now(). A string must be ISO 8601 with a zone. */
+  /**
+   * Schedules the first attempt at an absolute instant (compared with the
+   * database clock); undefined means now(). A string must be ISO 8601 with
+   * a zone. To delay by a duration, use delayMs.
+   */
   availableAt?: Date | string;
+  /**
+   * Schedules the first attempt delayMs milliseconds after the enqueue, on
+   * the database clock (now() + delay), whatever this process's clock says.
+   * Not negative, and not with availableAt; undefined means no delay.
+   */
+  delayMs?: number;
 }
 
 /**
@@ -118,10 +128,17 @@ function checkAttempts(n: number): number {
   return n;
 }
 
+function checkDelay(ms: number): number {
+  if (typeof ms !== "number" || !Number.isFinite(ms)) {
+    throw new TypeError(`pgoutbox: delayMs must be a finite number of milliseconds, not ${String(ms)}`);
+  }
+  return ms;
+}
+
 /** The statement {@link enqueue} runs, for drivers other than node-postgres. Its one row has the column id. */
 export function enqueueStatement(effect: Effect): Statement {
   return {
-    text: "SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5::integer, $6::timestamptz)::text AS id",
+    text: "SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5::integer, $6::timestamptz, $7::interval)::text AS id",
     values: [
       effect.queue,
       effect.type,
@@ -129,6 +146,7 @@ export function enqueueStatement(effect: Effect): Statement {
       encodePayload(effect.payload),
       effect.maxAttempts === undefined ? null : checkAttempts(effect.maxAttempts),
       encodeTime(effect.availableAt),
+      effect.delayMs === undefined ? null : `${checkDelay(effect.delayMs)} milliseconds`,
     ],
   };
 }
@@ -148,6 +166,7 @@ export function enqueueBatchStatement(effects: readonly Effect[]): Statement {
     if (e.maxAttempts !== undefined) fields.push(`"max_attempts":${checkAttempts(e.maxAttempts)}`);
     const at = encodeTime(e.availableAt);
     if (at !== null) fields.push(`"available_at":${JSON.stringify(at)}`);
+    if (e.delayMs !== undefined) fields.push(`"delay":${checkDelay(e.delayMs) / 1000}`);
     return `{${fields.join(",")}}`;
   });
   return {

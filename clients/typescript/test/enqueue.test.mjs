@@ -214,6 +214,7 @@ test("values JSON cannot carry are refused before the database", async () => {
     await assert.rejects(enqueue(client, { queue: "q", type: "t", key: "k", maxAttempts: NaN }), TypeError);
     await assert.rejects(enqueueBatch(client, [{ queue: "q", type: "t", key: "k", maxAttempts: 2.5 }]), TypeError);
     await assert.rejects(enqueue(client, { queue: "q", type: "t", key: "k", availableAt: new Date("nope") }), TypeError);
+    await assert.rejects(enqueueBatch(client, [{ queue: "q", type: "t", key: "k", delayMs: Infinity }]), TypeError);
   } finally {
     client.release();
   }
@@ -222,31 +223,38 @@ test("values JSON cannot carry are refused before the database", async () => {
 test("enqueueStatement serves drivers other than node-postgres", () => {
   const at = new Date("2030-01-02T03:04:05.000Z");
   const st = enqueueStatement({ queue: "q", type: "t", key: "k", payload: { a: 1 }, maxAttempts: 3, availableAt: at });
-  assert.match(st.text, /^SELECT pgoutbox\.enqueue\(\$1, \$2, \$3, \$4::text::json, \$5::integer, \$6::timestamptz\)/);
-  assert.deepEqual(st.values, ["q", "t", "k", '{"a":1}', 3, "2030-01-02T03:04:05.000Z"]);
+  assert.match(st.text, /^SELECT pgoutbox\.enqueue\(\$1, \$2, \$3, \$4::text::json, \$5::integer, \$6::timestamptz, \$7::interval\)/);
+  assert.deepEqual(st.values, ["q", "t", "k", '{"a":1}', 3, "2030-01-02T03:04:05.000Z", null]);
 });
 
-test("availableAt and maxAttempts reach the rows of both forms", async () => {
+test("availableAt, delayMs and maxAttempts reach the rows of both forms", async () => {
   const before = await counts();
   const client = await pool.connect();
   try {
     await client.query("BEGIN");
     const at = new Date("2031-02-03T04:05:06.789Z");
     const one = await enqueue(client, { queue: "later", type: "t", key: "one", availableAt: at, maxAttempts: 2 });
-    const [two, three] = await enqueueBatch(client, [
+    const [two, three, four] = await enqueueBatch(client, [
       { queue: "later", type: "t", key: "two", availableAt: "2031-02-03T04:05:06.789Z", maxAttempts: 3 },
       { queue: "later", type: "t", key: "three", payload: null },
+      { queue: "later", type: "t", key: "four", delayMs: 90250 },
     ]);
+    const five = await enqueue(client, { queue: "later", type: "t", key: "five", delayMs: 1500 });
     const { rows } = await client.query(
-      `SELECT id::text AS id, max_attempts, available_at, available_at <= now() AS due, payload
+      `SELECT id::text AS id, max_attempts, available_at, payload,
+              extract(epoch FROM available_at - now())::float8 AS delay_s
        FROM pgoutbox.effects e WHERE queue = 'later' ORDER BY e.id`,
     );
-    assert.deepEqual(rows.map((r) => r.id), [one, two, three]);
-    assert.deepEqual(rows.map((r) => r.max_attempts), [2, 3, 8]);
+    assert.deepEqual(rows.map((r) => r.id), [one, two, three, four, five]);
+    assert.deepEqual(rows.map((r) => r.max_attempts), [2, 3, 8, 8, 8]);
     assert.equal(rows[0].available_at.toISOString(), at.toISOString());
     assert.equal(rows[1].available_at.toISOString(), at.toISOString());
-    assert.equal(rows[2].due, true);
-    assert.deepEqual(rows.map((r) => r.payload), [{}, {}, null]);
+    // On the database clock: now() is the transaction's start in both.
+    assert.deepEqual(rows.slice(2).map((r) => r.delay_s), [0, 90.25, 1.5]);
+    assert.deepEqual(rows.map((r) => r.payload), [{}, {}, null, {}, {}]);
+    const err = await enqueue(client, { queue: "later", type: "t", key: "six", delayMs: 1, availableAt: at }).catch((e) => e);
+    assert.equal(err.code, SQLState.InvalidEffect);
+    assert.match(err.message, /delay cannot be combined with available_at/);
   } finally {
     await client.query("ROLLBACK");
     client.release();
