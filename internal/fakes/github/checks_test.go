@@ -144,6 +144,11 @@ func TestCheckRunValidation(t *testing.T) {
 		{"bad status", http.MethodPost, "/repos/acme/widgets/check-runs", map[string]any{"name": "x", "head_sha": sha, "status": "done"}, 422, ""},
 		{"completed without conclusion", http.MethodPost, "/repos/acme/widgets/check-runs", map[string]any{"name": "x", "head_sha": sha, "status": "completed"}, 422, "Invalid request.\n\n\"conclusion\" wasn't supplied."},
 		{"bad conclusion", http.MethodPatch, patchPath, map[string]any{"conclusion": "great"}, 422, ""},
+		// "You cannot change a check run conclusion to stale, only GitHub can
+		// set this" (Update a check run; Create a check run says the same).
+		{"stale conclusion on update", http.MethodPatch, patchPath, map[string]any{"status": "completed", "conclusion": "stale"}, 422,
+			"Invalid request.\n\nFor 'properties/conclusion', \"stale\" is not a valid value."},
+		{"stale conclusion on create", http.MethodPost, "/repos/acme/widgets/check-runs", map[string]any{"name": "x", "head_sha": sha, "conclusion": "stale"}, 422, ""},
 		{"malformed JSON", http.MethodPost, "/repos/acme/widgets/check-runs", "not an object", 400, "Problems parsing JSON"},
 		{"unknown check run", http.MethodPatch, "/repos/acme/widgets/check-runs/12345", map[string]any{"status": "in_progress"}, 404, "Not Found"},
 		{"check run of another repository", http.MethodPatch, "/repos/rival/gadgets/check-runs/" + strconv.FormatInt(created.ID, 10), map[string]any{"status": "in_progress"}, 404, "Not Found"},
@@ -164,5 +169,67 @@ func TestCheckRunValidation(t *testing.T) {
 	}
 	if runs := b.srv.CheckRuns(); runs[0].Updates != 0 || runs[0].Status != "queued" {
 		t.Fatalf("a rejected PATCH changed the run: %+v", runs[0])
+	}
+}
+
+// TestCheckRunListPaginatesAsGitHub: per_page defaults to 30 and is capped
+// at 100; the Link header names prev, next, last and first only where they
+// apply and is absent when one page holds everything; a page past the end
+// is empty.
+func TestCheckRunListPaginatesAsGitHub(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakegh.Options{})
+	for range 250 {
+		if r := b.do(t, http.MethodPost, "/repos/acme/widgets/check-runs", b.token, map[string]any{"name": "rel", "head_sha": sha}); r.status != http.StatusCreated {
+			t.Fatalf("create: HTTP %d", r.status)
+		}
+	}
+	list := func(query string) (checkRunList, string) {
+		t.Helper()
+		r := b.do(t, http.MethodGet, "/repos/acme/widgets/commits/"+sha+"/check-runs?filter=all&check_name=rel"+query, b.token, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("list %s: HTTP %d %s", query, r.status, r.body)
+		}
+		var l checkRunList
+		r.decode(t, &l)
+		return l, r.header.Get("Link")
+	}
+	base := b.srv.URL() + "/repos/acme/widgets/commits/" + sha + "/check-runs?check_name=rel&filter=all"
+	if l, link := list(""); len(l.CheckRuns) != 30 || l.TotalCount != 250 ||
+		link != `<`+base+`&page=2&per_page=30>; rel="next", <`+base+`&page=9&per_page=30>; rel="last"` {
+		t.Errorf("default page: %d runs of %d, Link %q", len(l.CheckRuns), l.TotalCount, link)
+	}
+	seen := map[int64]bool{}
+	l, link := list("&per_page=500")
+	if len(l.CheckRuns) != 100 || link != `<`+base+`&page=2&per_page=100>; rel="next", <`+base+`&page=3&per_page=100>; rel="last"` {
+		t.Errorf("per_page=500: %d runs, Link %q (want 100, capped)", len(l.CheckRuns), link)
+	}
+	for _, cr := range l.CheckRuns {
+		seen[cr.ID] = true
+	}
+	l, link = list("&per_page=100&page=2")
+	if len(l.CheckRuns) != 100 || !strings.Contains(link, `page=1&per_page=100>; rel="prev"`) ||
+		!strings.Contains(link, `page=3&per_page=100>; rel="next"`) || !strings.Contains(link, `rel="first"`) {
+		t.Errorf("page 2: %d runs, Link %q", len(l.CheckRuns), link)
+	}
+	for _, cr := range l.CheckRuns {
+		seen[cr.ID] = true
+	}
+	l, link = list("&per_page=100&page=3")
+	if len(l.CheckRuns) != 50 || strings.Contains(link, `rel="next"`) || strings.Contains(link, `rel="last"`) ||
+		!strings.Contains(link, `page=2&per_page=100>; rel="prev"`) || !strings.Contains(link, `page=1&per_page=100>; rel="first"`) {
+		t.Errorf("last page: %d runs, Link %q", len(l.CheckRuns), link)
+	}
+	for _, cr := range l.CheckRuns {
+		seen[cr.ID] = true
+	}
+	if len(seen) != 250 {
+		t.Errorf("three pages held %d distinct runs, want 250", len(seen))
+	}
+	if l, _ := list("&per_page=100&page=4"); len(l.CheckRuns) != 0 || l.CheckRuns == nil || l.TotalCount != 250 {
+		t.Errorf("past the end: %+v", l)
+	}
+	if r := b.do(t, http.MethodGet, "/repos/acme/widgets/commits/"+sha+"/check-runs?check_name=none", b.token, nil); r.status != http.StatusOK || r.header.Get("Link") != "" {
+		t.Errorf("one page: HTTP %d, Link %q, want none", r.status, r.header.Get("Link"))
 	}
 }
