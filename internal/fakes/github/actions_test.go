@@ -240,36 +240,3 @@ func TestListWorkflowRunsFilters(t *testing.T) {
 		t.Errorf("unknown run: HTTP %d", r.status)
 	}
 }
-
-// TestWorkflowRunListSearchLimit: "This endpoint will return up to 1,000
-// results for each search when using the following parameters: actor,
-// branch, check_suite_id, created, event, head_sha, status."
-func TestWorkflowRunListSearchLimit(t *testing.T) {
-	t.Parallel()
-	b := setup(t, fakegh.Options{RateLimit: 100_000})
-	for i := range fakegh.SearchLimit + 5 {
-		if r := b.do(t, http.MethodPost, dispatchPath, b.token, map[string]any{"ref": "main", "inputs": releaseInputs(1, i+1)}); r.status != http.StatusNoContent {
-			t.Fatalf("dispatch: HTTP %d %s", r.status, r.body)
-		}
-	}
-	list := func(query string) (runList, string) {
-		t.Helper()
-		r := b.do(t, http.MethodGet, "/repos/acme/widgets/actions/workflows/release.yml/runs?"+query, b.token, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("list %s: HTTP %d %s", query, r.status, r.body)
-		}
-		var l runList
-		r.decode(t, &l)
-		return l, r.header.Get("Link")
-	}
-	l, link := list("event=workflow_dispatch&per_page=100&page=10")
-	if len(l.WorkflowRuns) != 100 || l.TotalCount != fakegh.SearchLimit+5 || strings.Contains(link, `rel="next"`) {
-		t.Errorf("filtered page 10: %d runs of %d, Link %q; want the last 100 of 1,000 and no next", len(l.WorkflowRuns), l.TotalCount, link)
-	}
-	if l, _ := list("event=workflow_dispatch&per_page=100&page=11"); len(l.WorkflowRuns) != 0 {
-		t.Errorf("filtered page 11: %d runs, want none", len(l.WorkflowRuns))
-	}
-	if l, link := list("per_page=100&page=11"); len(l.WorkflowRuns) != 5 || !strings.Contains(link, `rel="prev"`) {
-		t.Errorf("unfiltered page 11: %d runs, Link %q; want the 5 oldest", len(l.WorkflowRuns), link)
-	}
-}
