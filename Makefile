@@ -21,7 +21,7 @@ test: test-deps vet
 test-deps:
 	./scripts/test-deps
 
-## test-short: the quick tests (skips the 100,000-effect drains)
+## test-short: the quick tests: skips the 100,000-effect drains, the reliability campaign (test/reliability), the NATS relay drain, the projection's Solr, SPARQL and import runs, and the embedded-cluster CLI tests
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
