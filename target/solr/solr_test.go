@@ -224,7 +224,7 @@ func TestFieldNamesSolrRefusesAreMapped(t *testing.T) {
 	// One-to-one over names built to collide under a careless escaping.
 	seen := map[string]string{}
 	for _, name := range []string{"", "_", "__", "___", "a-b", "a_2db", "a__2db", "a_b", "a__b", "_a_", "__a__",
-		"pgoutbox_x_", "pgoutbox_x__", "x", "pgoutbox_", "a.b", "a_2eb", "é", "_c3_a9"} {
+		"pgoutbox_x_", "pgoutbox_x__", "x", "pgoutbox_", "a.b", "a_2eb", "é", "_c3_a9", "a-b.", "a_2db."} {
 		got := solr.FieldName(name)
 		if other, dup := seen[got]; dup {
 			t.Errorf("FieldName(%q) = FieldName(%q) = %q", name, other, got)
