@@ -228,3 +228,37 @@ func TestPaginationNeverLeavesTheAPI(t *testing.T) {
 		t.Fatalf("%d requests elsewhere, %d pages; want 0 and 2", elsewhere.Load(), pages.Load())
 	}
 }
+
+// TestPaginationReadsLinkHeaderVariants: RFC 8288 allows the links in
+// several Link header lines, in any order, with rel unquoted or holding
+// several relation types.
+func TestPaginationReadsLinkHeaderVariants(t *testing.T) {
+	t.Parallel()
+	var pages atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(map[string]any{"token": "ghs_test", "expires_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+			return
+		}
+		n := pages.Add(1)
+		base := "http://" + r.Host + r.URL.Path
+		switch r.URL.Query().Get("page") {
+		case "":
+			w.Header().Add("link", `<`+base+`?page=3>; rel="last"`)
+			w.Header().Add("link", `<`+base+`?page=2>; rel=next`)
+		case "2":
+			w.Header().Set("Link", `<`+base+`?page=1>; rel="prev first", <`+base+`?page=3>; title="x"; REL="Next"`)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"total_count": 3, "check_runs": []any{map[string]any{"id": n, "name": "x"}}})
+	}))
+	t.Cleanup(api.Close)
+	ts, err := github.NewTokenSource(api.Client(), api.URL, "1", testKey(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := github.NewClient(api.Client(), api.URL, ts).ListCheckRuns(t.Context(), 1, "acme/widgets", testSHA, "x")
+	if err != nil || len(runs) != 3 || pages.Load() != 3 {
+		t.Fatalf("%d runs over %d pages, %v; want 3 over 3", len(runs), pages.Load(), err)
+	}
+}
