@@ -17,7 +17,7 @@ demo: build
 test: test-deps vet
 	$(GO) test -count=1 -timeout 45m $(PKGS)
 
-## test-deps: PostgreSQL binaries, Virtuoso, Chromium and promtool, when missing (apt-get)
+## test-deps: PostgreSQL binaries, Virtuoso, rdflib, Chromium and promtool, when missing (apt-get)
 test-deps:
 	./scripts/test-deps
 
