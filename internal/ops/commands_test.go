@@ -268,7 +268,7 @@ func TestCommandAlertCheck(t *testing.T) {
 		Webhook struct{ Configured, Posted bool }
 	}
 	b.runJSON(t, []string{hook, "OUTBOX_ALERT_FAIL_ON_ALERT=1"}, 3, &out, "alert", "check")
-	if !out.Firing || !out.Webhook.Configured || !out.Webhook.Posted || len(out.Rules) != 6 {
+	if !out.Firing || !out.Webhook.Configured || !out.Webhook.Posted || len(out.Rules) != 7 {
 		t.Fatalf("json: %+v", out)
 	}
 	<-got
@@ -432,5 +432,43 @@ func TestServeMetrics(t *testing.T) {
 	checkLabels(t, families)
 	if v, ok := gauge(families, "pgoutbox_effects", map[string]string{"queue": "outbox_events", "effect_type": "record.upsert", "state": "dead_letter"}); !ok || v != 1 {
 		t.Errorf("dead letters gauge: %v %v", v, ok)
+	}
+}
+
+// TestCommandAlertCheckStalledLease is the issue's case: a lease stalled 30
+// minutes past OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES (40 minutes old
+// against the default 10) fires stalled_leases, and with
+// OUTBOX_ALERT_FAIL_ON_ALERT=1 the check exits 3. The stalled age comes
+// from the same setting as status and requeue-stale; a non-positive
+// --stalled-after is refused and nothing changes.
+func TestCommandAlertCheckStalledLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seed(t, b.ctx, b.pool, eff{queue: "q", typ: "t", state: "leased", attempts: 1, leasedAgo: 40 * 60})
+	before := b.fingerprint(t)
+
+	r := b.run(t, []string{"OUTBOX_ALERT_FAIL_ON_ALERT=1"}, "alert", "check")
+	if r.code != 3 || !regexp.MustCompile(`(?m)^stalled_leases +1 +>= 1 +ALERT$`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "1 rule(s) firing") {
+		t.Fatalf("stalled lease: exit %d, want 3 and stalled_leases ALERT\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var out struct{ ops.AlertReport }
+	b.runJSON(t, []string{"OUTBOX_ALERT_FAIL_ON_ALERT=1"}, 3, &out, "alert", "check")
+	if f := out.FiringRules(); len(f) != 1 || f[0].Rule != ops.RuleStalledLeases || f[0].Value != 1 || f[0].Unit != "leases" {
+		t.Fatalf("json firing rules: %+v", f)
+	}
+	// The same lease under a 60-minute stalled age is not stalled.
+	r = b.run(t, []string{"OUTBOX_ALERT_FAIL_ON_ALERT=1", "OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES=60"}, "alert", "check")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^stalled_leases +0 +>= 1 +ok$`).MatchString(r.stdout) {
+		t.Fatalf("60-minute stalled age: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range []string{"0", "-5m"} {
+		r = b.run(t, nil, "alert", "check", "--stalled-after", bad)
+		if r.code != 1 || !strings.Contains(r.stderr, "--stalled-after must be positive") {
+			t.Fatalf("--stalled-after %s: exit %d\n%s%s", bad, r.code, r.stdout, r.stderr)
+		}
+	}
+	if after := b.fingerprint(t); after != before {
+		t.Fatal("alert check changed the database")
 	}
 }
