@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox/controlplane"
+	"github.com/pgoutbox/pgoutbox/internal/ops"
 )
 
 func init() { extraCommands = append(extraCommands, newReconcileCmd) }
@@ -32,7 +33,11 @@ waits in reconciliation_required for an operator:
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List dispatches in reconciliation_required",
+		Short: "List dispatches in reconciliation_required: repository, release run, attempt",
+		Long: `list shows each reconciliation record of the control plane's queue, oldest first:
+its id, effect type, subject (repository, release run, execution attempt id and
+its number, read from those payload keys only; --json: "subject", and the
+decoded "dispatch"), when its delivery started and its last error.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app, closeApp, err := g.operatorApp(cmd.Context(), false)
@@ -40,26 +45,33 @@ waits in reconciliation_required for an operator:
 				return err
 			}
 			defer closeApp()
+			if limit <= 0 {
+				return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--limit must be positive, got %d", limit)}
+			}
 			ps, err := app.ListPending(cmd.Context(), limit)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
-			if asJSON {
-				return writeJSON(g.stdout, ps)
+			items := make([]pendingItem, len(ps))
+			for i, p := range ps {
+				items[i] = pendingItem{Pending: p, Subject: ops.ParseSubject(p.Payload)}
 			}
-			if len(ps) == 0 {
+			if asJSON {
+				return writeJSON(g.stdout, items)
+			}
+			if len(items) == 0 {
 				fmt.Fprintln(g.stdout, "nothing to reconcile")
 				return nil
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tTYPE\tREPOSITORY\tRELEASE RUN\tATTEMPT\tSTARTED\tLAST ERROR")
-			for _, p := range ps {
+			for _, p := range items {
 				started := "-"
 				if p.DeliveryStartedAt != nil {
 					started = age(time.Since(*p.DeliveryStartedAt).Seconds()) + " ago"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.ID, p.Type, p.Dispatch.Repository,
-					p.Dispatch.ReleaseRunID, p.Dispatch.ExecutionAttemptID, started, truncate(p.LastError, 60))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Type, cell(p.Subject.Repository, 60),
+					orDash(p.Subject.ReleaseRunID), attemptCell(p.Subject), started, cell(p.LastError, 60))
 			}
 			return tw.Flush()
 		},
@@ -172,9 +184,26 @@ func parseID(s string) (int64, error) {
 	return id, nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// pendingItem is one line of `reconcile list`: the record and its subject.
+type pendingItem struct {
+	controlplane.Pending
+	Subject ops.Subject `json:"subject"`
+}
+
+func orDash(n int64) string {
+	if n == 0 {
+		return "-"
 	}
-	return s[:n-1] + "…"
+	return strconv.FormatInt(n, 10)
+}
+
+// attemptCell is "ID (#N)", "ID", or "-".
+func attemptCell(s ops.Subject) string {
+	switch {
+	case s.ExecutionAttemptID != 0 && s.AttemptNumber != 0:
+		return fmt.Sprintf("%d (#%d)", s.ExecutionAttemptID, s.AttemptNumber)
+	case s.ExecutionAttemptID != 0:
+		return strconv.FormatInt(s.ExecutionAttemptID, 10)
+	}
+	return "-"
 }

@@ -167,7 +167,7 @@ func TestCommandDLQ(t *testing.T) {
 	}
 	r := b.run(t, nil, "dlq", "list")
 	if r.code != 0 || strings.ContainsAny(r.stdout, "\x1b\t") ||
-		!regexp.MustCompile(`(?m)^ID +QUEUE +EFFECT TYPE +ATTEMPTS +DEAD-LETTERED AT +LAST ERROR\n\d+ +q +t +8/8 +\d{4}-\d\d-\d\dT\S+Z +HTTP 500 \[31mred \[0m done\n\d+ +q +t +2/2 .* boom$`).MatchString(r.stdout) {
+		!regexp.MustCompile(`(?m)^ID +QUEUE +EFFECT TYPE +SUBJECT +ATTEMPTS +DEAD-LETTERED AT +LAST ERROR\n\d+ +q +t +- +8/8 +\d{4}-\d\d-\d\dT\S+Z +HTTP 500 \[31mred \[0m done\n\d+ +q +t +- +2/2 .* boom$`).MatchString(r.stdout) {
 		t.Fatalf("dlq list: %d\n%q", r.code, r.stdout)
 	}
 	columnsAligned(t, r.stdout)
@@ -470,5 +470,59 @@ func TestCommandAlertCheckStalledLease(t *testing.T) {
 	}
 	if after := b.fingerprint(t); after != before {
 		t.Fatal("alert check changed the database")
+	}
+}
+
+// TestCommandDLQListShowsTheSubject: dlq list says what failed (issue 17,
+// point 4): the projection's record id, the control plane's repository,
+// release run and attempt, in text and --json, and nothing else of the
+// payload (a credential-free but private value in another key, or under a
+// subject key as a nested object, never appears).
+func TestCommandDLQListShowsTheSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const private = "PRIVATE-payload-value"
+	ids := seed(t, b.ctx, b.pool,
+		eff{queue: "outbox_events", typ: "record.upsert", state: "dead_letter", attempts: 8, completedAgo: 5, lastError: "HTTP 400",
+			payload: `{"record_id":"c17","version":3,"source_hash":"` + private + `"}`},
+		eff{queue: "control_plane_outbox", typ: "github.workflow.dispatch", state: "dead_letter", attempts: 1, completedAgo: 4, lastError: "404",
+			payload: `{"release_run_id":12,"execution_attempt_id":34,"attempt_number":2,"repository":"acme/api","installation_id":9,"workflow":"release.yml","ref":"` + private + `"}`},
+		eff{queue: "q", typ: "t", state: "dead_letter", attempts: 1, completedAgo: 3, payload: `{"record_id":{"x":"` + private + `"},"release_run_id":"77","note":"` + private + `"}`},
+		eff{queue: "q", typ: "t", state: "dead_letter", attempts: 1, completedAgo: 2, payload: `["` + private + `"]`},
+	)
+	before := b.fingerprint(t)
+	var page ops.DeadLetterPage
+	r := b.runJSON(t, nil, 0, &page, "dlq", "list")
+	want := []ops.Subject{
+		{RecordID: "c17"},
+		{Repository: "acme/api", ReleaseRunID: 12, ExecutionAttemptID: 34, AttemptNumber: 2},
+		{ReleaseRunID: 77},
+		{},
+	}
+	if len(page.Items) != len(want) {
+		t.Fatalf("items: %+v", page.Items)
+	}
+	for i, d := range page.Items {
+		if d.ID != ids[i] || d.Subject != want[i] {
+			t.Errorf("item %d: id %d subject %+v, want id %d subject %+v", i, d.ID, d.Subject, ids[i], want[i])
+		}
+	}
+	if strings.Contains(r.stdout, private) || !strings.Contains(r.stdout, `"subject": {`) {
+		t.Fatalf("--json shows payload content or no subject:\n%s", r.stdout)
+	}
+	r = b.run(t, nil, "dlq", "list")
+	if r.code != 0 || strings.Contains(r.stdout, private) ||
+		!regexp.MustCompile(`(?m)^\d+ +outbox_events +record.upsert +record c17 +8/8 `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\d+ +control_plane_outbox +github.workflow.dispatch +acme/api release run 12 attempt 34 \(#2\) +1/8 `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\d+ +q +t +release run 77 +1/8 `).MatchString(r.stdout) {
+		t.Fatalf("dlq list: %d\n%s", r.code, r.stdout)
+	}
+	columnsAligned(t, r.stdout)
+	// Bad input: a clear error, nothing changed.
+	if r := b.run(t, nil, "dlq", "list", "--after-id", "x"); r.code != 1 || !strings.Contains(r.stderr, "--after-id") {
+		t.Fatalf("--after-id x: %d %s", r.code, r.stderr)
+	}
+	if after := b.fingerprint(t); after != before {
+		t.Fatal("dlq list changed the database")
 	}
 }
