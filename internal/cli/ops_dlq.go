@@ -34,7 +34,7 @@ from a fixed set of payload keys and never any other: record_id (the projection'
 record), repository, release_run_id, execution_attempt_id, attempt_number and
 workflow_run_id (the control plane's); "-" when the payload has none. The
 payload itself is never shown.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return report(cmd, g, asJSON, func(ctx context.Context, pool *pgxpool.Pool) (*ops.DeadLetterPage, error) {
 				return ops.ListDeadLetters(ctx, pool, ff.f, afterID, limit)

@@ -38,7 +38,7 @@ waits in reconciliation_required for an operator:
 its id, effect type, subject (repository, release run, execution attempt id and
 its number, read from those payload keys only; --json: "subject", and the
 decoded "dispatch"), when its delivery started and its last error.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app, closeApp, err := g.operatorApp(cmd.Context(), false)
 			if err != nil {
