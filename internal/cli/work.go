@@ -202,8 +202,9 @@ func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags
 	defer stopWithin(eng.stopTimeout, client.Stop)
 	defer runComponents(ctx, apps, log)()
 	if nf.metricsAddr != "" {
-		// /metrics and the probes; no application routes.
-		srv := server.New(log, reg)
+		// /metrics and the probes; no application routes. /metrics is an
+		// operator route: behind PGOUTBOX_OPERATOR_TOKEN when set.
+		srv := server.NewWithOptions(log, reg, operatorOptions(""))
 		ln, err := net.Listen("tcp", nf.metricsAddr)
 		if err != nil {
 			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--metrics-addr %s: %w", nf.metricsAddr, err)}
