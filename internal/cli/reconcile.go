@@ -26,7 +26,7 @@ waits in reconciliation_required for an operator:
 
   pgoutbox reconcile list                       what is waiting
   pgoutbox reconcile inspect ID                 the workflow runs that may be it (changes nothing)
-  pgoutbox reconcile resolve ID --workflow-run-id N   the run exists: complete the record
+  pgoutbox reconcile resolve ID --workflow-run-id N   the run exists (checked on GitHub): complete the record
   pgoutbox reconcile supersede ID --reason TEXT       no run exists: dispatch a new attempt`,
 	}
 	var asJSON bool
@@ -114,19 +114,58 @@ decoded "dispatch"), when its delivery started and its last error.`,
 	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	var runID int64
+	var force bool
 	resolve := &cobra.Command{
 		Use:   "resolve ID --workflow-run-id N",
-		Short: "The run exists: complete the record and advance the attempt",
-		Args:  cobra.ExactArgs(1),
-		RunE: g.onRecord(false, func(ctx context.Context, app *controlplane.App, id int64) error {
-			if err := app.Resolve(ctx, id, runID); err != nil {
+		Short: "The run exists: complete the record and advance the attempt (checked against GitHub)",
+		Long: `resolve records that the dispatch did create workflow run N: the record is
+completed and the execution attempt advances to dispatched with that run.
+
+First it asks GitHub for run N in the dispatch's repository and refuses (exit 3,
+nothing changed) a run that does not exist there, that is a run of another
+workflow, or whose name is not the attempt's ("release R attempt A"). This
+needs the GitHub App settings (GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY or
+GITHUB_APP_PRIVATE_KEY_FILE, GITHUB_API_URL). --force skips the check, for
+when GitHub cannot be asked or the workflow names its runs otherwise; the
+resolution then records "verified": false.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			// The record is checked before GitHub is needed: a missing App
+			// setting is reported (ErrNoGitHub) only for a real record.
+			var gh controlplane.GitHub
+			if !force {
+				client, missing, err := githubClient()
+				if err != nil {
+					return &ExitError{Code: ExitCouldNotRun, Err: err}
+				}
+				if missing == "" {
+					gh = client
+				}
+			}
+			app, closeApp, err := g.operatorAppWith(cmd.Context(), gh)
+			if err != nil {
+				return err
+			}
+			defer closeApp()
+			how := "checked against GitHub"
+			if force {
+				err, how = app.ResolveUnverified(cmd.Context(), id, runID), "not checked: --force"
+			} else {
+				err = app.Resolve(cmd.Context(), id, runID)
+			}
+			if err != nil {
 				return reconcileErr(err)
 			}
-			fmt.Fprintf(g.stdout, "resolved %d: workflow run %d recorded, record completed\n", id, runID)
+			fmt.Fprintf(g.stdout, "resolved %d: workflow run %d recorded (%s), record completed\n", id, runID, how)
 			return nil
-		}),
+		},
 	}
 	resolve.Flags().Int64Var(&runID, "workflow-run-id", 0, "the workflow run that the dispatch created (required)")
+	resolve.Flags().BoolVar(&force, "force", false, "do not check the run against GitHub")
 	_ = resolve.MarkFlagRequired("workflow-run-id")
 
 	var reason string
@@ -170,7 +209,7 @@ func (g *globals) onRecord(needGitHub bool, fn func(ctx context.Context, app *co
 }
 
 func reconcileErr(err error) error {
-	if errors.Is(err, controlplane.ErrNotFound) {
+	if errors.Is(err, controlplane.ErrNotFound) || errors.Is(err, controlplane.ErrRunMismatch) {
 		return &ExitError{Code: ExitCheckFailed, Err: err}
 	}
 	return &ExitError{Code: ExitCouldNotRun, Err: err}

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -73,5 +74,24 @@ func TestReconcileCommands(t *testing.T) {
 	}
 	if code, _, _ := run(t, "--database-url", dsn, "reconcile", "resolve", "abc", "--workflow-run-id", "5"); code != cli.ExitCouldNotRun {
 		t.Fatalf("bad id: exit %d, want 1", code)
+	}
+	// resolve checks the run against GitHub (issue 17, point 6): without
+	// the App settings it cannot, says so, and changes nothing; --force
+	// resolves without the check.
+	if os.Getenv("GITHUB_APP_ID") == "" {
+		code, _, errs = run(t, "--database-url", dsn, "reconcile", "resolve", strconv.FormatInt(recID, 10), "--workflow-run-id", "5")
+		if code != cli.ExitCouldNotRun || !strings.Contains(errs, "GITHUB_APP_ID") {
+			t.Fatalf("resolve without GitHub: %d %q", code, errs)
+		}
+		if err := conn.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effects WHERE id = $1`, recID).Scan(&state); err != nil || state != "reconciliation_required" {
+			t.Fatalf("record changed by a refused resolve: %s %v", state, err)
+		}
+	}
+	code, out, errs = run(t, "--database-url", dsn, "reconcile", "resolve", strconv.FormatInt(recID, 10), "--workflow-run-id", "5", "--force")
+	if code != 0 || !strings.Contains(out, "not checked: --force") {
+		t.Fatalf("resolve --force: %d %q %q", code, out, errs)
+	}
+	if err := conn.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effects WHERE id = $1 AND resolution->>'verified' = 'false'`, recID).Scan(&state); err != nil || state != "completed" {
+		t.Fatalf("after resolve --force: %s %v", state, err)
 	}
 }
