@@ -57,7 +57,17 @@ func newServeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the HTTP server and the workers (graceful shutdown on SIGINT/SIGTERM)",
-		Args:  cobra.NoArgs,
+		Long: `serve runs the applications' HTTP routes and workers, the probes (/-/healthy,
+/-/ready) and the operator routes (/metrics and the projection's /workers).
+
+The operator routes show queue names, record ids and error text. By default
+they are served on --addr without authentication. When --addr is reachable
+from outside (a public webhook), set --operator-addr (PGOUTBOX_OPERATOR_ADDR)
+to a private address: they are then served only there, with the probes, and
+--addr answers 404 for them. PGOUTBOX_OPERATOR_TOKEN, when set, makes them
+require "Authorization: Bearer <token>" wherever they are served (401
+otherwise); the token is never printed or logged.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
