@@ -21,6 +21,7 @@ type GitHub interface {
 	CompleteCheckRun(ctx context.Context, installationID int64, repo string, checkRunID int64, conclusion string) error
 	DispatchWorkflow(ctx context.Context, installationID int64, repo, workflow, ref string, inputs map[string]string) (github.DispatchResult, error)
 	ListWorkflowRuns(ctx context.Context, installationID int64, repo, workflow string, since time.Time) ([]github.WorkflowRun, error)
+	GetWorkflowRun(ctx context.Context, installationID int64, repo string, runID int64) (github.WorkflowRun, error)
 }
 
 func decode[T any](d *pgoutbox.Delivery) (T, error) {

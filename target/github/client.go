@@ -114,6 +114,10 @@ type WorkflowRun struct {
 	HeadSHA      string    `json:"head_sha"`
 	CreatedAt    time.Time `json:"created_at"`
 	HTMLURL      string    `json:"html_url"`
+	// WorkflowID and Path name the run's workflow (Path is its file,
+	// ".github/workflows/release.yml").
+	WorkflowID int64  `json:"workflow_id"`
+	Path       string `json:"path"`
 }
 
 // DispatchResult is the answer to a dispatch with return_run_details.
@@ -423,6 +427,8 @@ func classify(op string, resp *http.Response, data []byte, idempotent bool, toke
 	case code == http.StatusUnauthorized:
 		tokens.Invalidate(installationID)
 		return pgoutbox.Permanent(err)
+	case code == http.StatusNotFound:
+		return pgoutbox.Permanent(&notFoundError{err})
 	case code == http.StatusForbidden, code == http.StatusNotFound, code == http.StatusUnprocessableEntity,
 		code == http.StatusBadRequest, code == http.StatusGone:
 		return pgoutbox.Permanent(err)
