@@ -18,7 +18,7 @@ demo: build
 test: test-deps vet
 	$(GO) test -count=1 -timeout 45m $(PKGS)
 
-## test-deps: PostgreSQL binaries, Virtuoso, Chromium, promtool, Node.js, npm and psycopg, when missing (apt-get)
+## test-deps: PostgreSQL binaries, Virtuoso, rdflib, Chromium, promtool, Node.js, npm and psycopg, when missing (apt-get)
 test-deps:
 	./scripts/test-deps
 

@@ -193,28 +193,56 @@ func encodePayload(p any) ([]byte, error) {
 
 // credentialWords are the key words that mark a credential, compared after
 // splitting a key into lower-case words (snake_case, kebab-case, camelCase).
+// Besides the secrets themselves (token, secret, password and its short
+// forms pwd/passwd/passcode/passphrase, private key) they name the carriers
+// of one: an authorization or auth header, a bearer, a JWT, a DSN (a
+// connection string embeds its password), cookies, and session ids under
+// the names web frameworks give their session cookies (sessionid, sessid,
+// PHPSESSID, JSESSIONID). Deliberately not words: "auth…" words other than
+// auth itself (author, authority, authenticated, oauth), "session" alone
+// (a conference session, a session name) and "sid" alone (an account SID
+// is an identifier).
 var credentialWords = map[string]bool{
 	"token": true, "tokens": true, "secret": true, "secrets": true, "password": true,
 	"passwd": true, "passphrase": true, "authorization": true, "credential": true,
 	"credentials": true, "apikey": true, "privatekey": true, "cookie": true,
+	"pwd": true, "passcode": true, "auth": true, "bearer": true, "jwt": true, "dsn": true,
+	"cookies": true, "privkey": true, "sessionid": true, "sessid": true, "phpsessid": true,
+	"jsessionid": true,
 }
 
-// credentialPairs are two-word credentials ("private_key", "apiKey").
+// credentialPairs are two-word credentials ("private_key", "apiKey"), and
+// session ids spelled as two words ("session_id", "sessionId",
+// "ASP.NET_SessionId", "session_key") or as Express names its cookie
+// ("connect.sid"). A session id is a bearer credential: whoever holds it is
+// logged in; a payload that must refer to a session carries a reference of
+// its own instead (a hash, an internal id).
 var credentialPairs = map[[2]string]bool{
 	{"private", "key"}: true, {"api", "key"}: true, {"access", "key"}: true, {"secret", "key"}: true,
+	{"session", "id"}: true, {"session", "key"}: true, {"connect", "sid"}: true,
 }
 
-// IsCredentialKey reports whether a payload key looks like a credential:
-// token, secret, password, private_key, authorization, api_key and their
-// variants in any case or separator style.
+// IsCredentialKey reports whether a payload key looks like a credential.
+// The key is split into lower-case words at every character that is not a
+// letter or digit and at camelCase boundaries (APIKey → api, key); it is a
+// credential key when one word is in the word list — token(s), secret(s),
+// password, passwd, pwd, passcode, passphrase, authorization, auth,
+// bearer, jwt, dsn, credential(s), apikey, privatekey, privkey, cookie(s),
+// sessionid, sessid, phpsessid, jsessionid — or two adjacent words are one
+// of the pairs private key, api key, access key, secret key, session id,
+// session key, connect sid. Words are compared whole: "author",
+// "authority", "tokenizer", "keys", "session" and "session_name" are not
+// credential keys.
 func IsCredentialKey(key string) bool {
 	return mayBeCredentialKey(key) && hasCredentialWord(key)
 }
 
 // credentialStems are substrings that every credential word or pair
-// contains (token, secret, passw…/passphrase, authorization, credential,
-// …key, cookie), in lower case.
-var credentialStems = []string{"token", "secret", "pass", "authorization", "credential", "key", "cookie"}
+// contains (token, secret, passw…/passphrase/passcode, authorization/auth,
+// credential, …key, cookie, pwd, bearer, jwt, dsn, sess…, sid), in lower
+// case.
+var credentialStems = []string{"token", "secret", "pass", "auth", "credential", "key", "cookie",
+	"pwd", "bearer", "jwt", "dsn", "sess", "sid"}
 
 // mayBeCredentialKey is IsCredentialKey's allocation-free pre-check: an ASCII
 // key that contains no credential stem in any case cannot hold a credential

@@ -85,6 +85,8 @@ var credentialKeySeeds = []string{
 	"privateKey", "PRIVATE-KEY", "client_secret", "passwd", "Authorization", "cookie", "tokenizer",
 	"secretary", "keys", "api", "", "_", "ÄÖ", "aPIKey", "JWTToken", "sessionCookieName",
 	"to\u212Aen", "PRIVATE_\u212AEY", "ſecret", "name", "repository", "Passphrase",
+	"pwd", "auth", "author", "authority", "bearer", "jwt", "dsn", "PHPSESSID", "JSESSIONID", "sessionId",
+	"session_id", "session", "connect.sid", "sid", "cookies", "passcode", "privkey", "oauth", "sessid",
 }
 
 // FuzzPayloadCredentialGuard checks Enqueue's payload validation (prepare)

@@ -301,13 +301,13 @@ $$;
 
 -- has_credential_stem is false only when no word of s can be a credential
 -- word: every credential word (and pair) contains one of the stems token,
--- secret, pass, authorization, credential, key, cookie, in any case that
--- fold_key folds (spelled out: a case-insensitive match would follow the
+-- secret, pass, auth, credential, key, cookie, pwd, bearer, jwt, dsn, sess,
+-- sid (Go's credentialStems), in any case that fold_key folds (spelled out: a case-insensitive match would follow the
 -- locale, and translate() is slow on long texts).
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.has_credential_stem(s text) RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT s ~ '[tT][oO][kK\u212A][eE][nN]|[sS][eE][cC][rR][eE][tT]|[pP][aA][sS][sS]|[aA][uU][tT][hH][oO][rR][iI\u0130][zZ][aA][tT][iI\u0130][oO][nN]|[cC][rR][eE][dD][eE][nN][tT][iI\u0130][aA][lL]|[kK\u212A][eE][yY]|[cC][oO][oO][kK\u212A][iI\u0130][eE]'
+    SELECT s ~ '[tT][oO][kK\u212A][eE][nN]|[sS][eE][cC][rR][eE][tT]|[pP][aA][sS][sS]|[aA][uU][tT][hH]|[cC][rR][eE][dD][eE][nN][tT][iI\u0130][aA][lL]|[kK\u212A][eE][yY]|[cC][oO][oO][kK\u212A][iI\u0130][eE]|[pP][wW][dD]|[bB][eE][aA][rR][eE][rR]|[jJ][wW][tT]|[dD][sS][nN]|[sS][eE][sS][sS]|[sS][iI\u0130][dD]'
 $$;
 -- +goose StatementEnd
 
@@ -383,9 +383,14 @@ BEGIN
     FOREACH v_w IN ARRAY v_words LOOP
         CONTINUE WHEN v_w = '';
         v_w := pgoutbox.fold_key(v_w);
+        -- Go's credentialWords and credentialPairs.
         IF v_w IN ('token', 'tokens', 'secret', 'secrets', 'password', 'passwd', 'passphrase',
-                   'authorization', 'credential', 'credentials', 'apikey', 'privatekey', 'cookie')
-            OR (v_w = 'key' AND v_prev IN ('private', 'api', 'access', 'secret')) THEN
+                   'authorization', 'credential', 'credentials', 'apikey', 'privatekey', 'cookie',
+                   'pwd', 'passcode', 'auth', 'bearer', 'jwt', 'dsn', 'cookies', 'privkey', 'sessionid',
+                   'sessid', 'phpsessid', 'jsessionid')
+            OR (v_w = 'key' AND v_prev IN ('private', 'api', 'access', 'secret', 'session'))
+            OR (v_w = 'id' AND v_prev = 'session')
+            OR (v_w = 'sid' AND v_prev = 'connect') THEN
             RETURN true;
         END IF;
         v_prev := v_w;
