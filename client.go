@@ -171,6 +171,9 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 			return total, fmt.Errorf("pgoutbox: sweep: %w", err)
 		}
 		for _, r := range rescued {
+			if q := c.queues[r.Queue]; q != nil && r.State == "available" {
+				signal(q.wake) // claimable now: no need to wait for the poll
+			}
 			c.m.rescued.WithLabelValues(r.Queue, r.Type, r.State).Inc()
 			c.log.Warn("recovered expired lease", "effect_id", r.ID, "queue", r.Queue, "effect_type", r.Type, "state", r.State)
 		}

@@ -639,3 +639,29 @@ func ListState(ctx context.Context, db DBTX, state, queue string, limit int) ([]
 	})
 	return out, MapError(err)
 }
+
+// nextDueSQL finds the earliest available effect of a queue that is not yet
+// due (a retry's backoff, a scheduled effect): a range scan of
+// effects_claim_idx that starts after now(), so it never walks the due head
+// of the queue or its recently claimed (dead) entries. $1 queue.
+const nextDueSQL = `
+SELECT extract(epoch FROM e.available_at - now())::float8
+FROM pgoutbox.effects e
+WHERE e.state = 'available' AND e.queue = $1 AND e.available_at > now()
+ORDER BY e.available_at, e.id
+LIMIT 1`
+
+// NextDue returns how long, on the database clock, until the earliest
+// available effect of queue that is not yet claimable falls due; ok is false
+// when the queue has none.
+func NextDue(ctx context.Context, db DBTX, queue string) (in time.Duration, ok bool, err error) {
+	var secs float64
+	err = db.QueryRow(ctx, nextDueSQL, queue).Scan(&secs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, MapError(err)
+	}
+	return time.Duration(secs * float64(time.Second)), true, nil
+}
