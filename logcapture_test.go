@@ -20,8 +20,8 @@ func newLogCapture() *logCapture { return &logCapture{changed: make(chan struct{
 func (l *logCapture) Logger() *slog.Logger { return slog.New(l) }
 
 func (l *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *logCapture) WithGroup(string) slog.Handler             { return l }
+func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCapture) WithGroup(string) slog.Handler            { return l }
 
 func (l *logCapture) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
