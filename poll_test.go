@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 // A retry is claimed when it falls due, not at the next poll: with the poll
@@ -87,4 +90,72 @@ func TestScheduledEffectIsClaimedWhenDueWithoutPollOrNotify(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	b.waitEvent(t, events, id, "completed")
+}
+
+// While PostgreSQL is down a claim loop backs off exponentially (capped) and
+// logs the outage once, and once more when claims resume; the listener logs
+// its outage once too. Count-based: the test waits for the sixth failed
+// claim of the outage and checks what was logged and the waits chosen.
+func TestClaimOutageBacksOffAndLogsOnce(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.NewCluster(t)
+	dsn := cl.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	b := &bundle{pool: pool, dsn: dsn, ctx: ctx}
+	logs := newLogCapture()
+	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+		Queues:        map[string]pgoutbox.QueueConfig{"q": {}},
+		Types:         []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
+		Logger:        logs.Logger(),
+		SweepInterval: -1,
+		PruneInterval: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := watch(t, c)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop(context.Background()) }()
+	b.waitFor(t, "listener connected", func() bool { return listenerCount(t, b) == 1 })
+
+	if err := cl.Stop(pgtest.StopFast); err != nil {
+		t.Fatal(err)
+	}
+	const retries = 4
+	again := logs.waitCount(t, ctx, "failed claims during the outage", retries, msg("claim failed again", "q"))
+	want := pgoutbox.ClaimRetryInitial
+	for i, r := range again[:retries] {
+		want = min(2*want, pgoutbox.ClaimRetryMax)
+		if got := attr(r, "retry_in").Duration(); got != want {
+			t.Errorf("retry %d waits %s, want %s (doubling from %s, capped at %s)",
+				i+2, got, want, pgoutbox.ClaimRetryInitial, pgoutbox.ClaimRetryMax)
+		}
+	}
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "after-outage"})[0]
+	b.waitEvent(t, events, id, "completed")
+	logs.waitCount(t, ctx, "claims resumed", 1, msg("claims resumed", "q"))
+
+	for m, n := range map[string]int{
+		"claim failed; retrying with backoff (logged once until a claim succeeds)": 1,
+		"claims resumed": 1,
+		"listener disconnected; polling until it reconnects (logged once until it does)": 1,
+	} {
+		if got := len(logs.matching(msg(m, ""))); got != n {
+			t.Errorf("%d records %q during one outage, want %d", got, m, n)
+		}
+	}
+	if r := logs.matching(msg("claims resumed", "q")); attr(r[0], "failed_claims").Int64() < retries+1 {
+		t.Errorf("claims resumed after %d failed claims, want at least %d", attr(r[0], "failed_claims").Int64(), retries+1)
+	}
 }

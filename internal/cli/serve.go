@@ -22,6 +22,7 @@ type engineFlags struct {
 	retention   time.Duration
 	stopTimeout time.Duration
 	sweepEvery  time.Duration
+	backoffCap  time.Duration
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -36,6 +37,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 		"how often expired leases are recovered (env OUTBOX_SWEEP_INTERVAL)")
 	f.DurationVar(&e.stopTimeout, "shutdown-timeout", envDuration("OUTBOX_SHUTDOWN_TIMEOUT", 30*time.Second),
 		"how long in-flight deliveries may finish at shutdown (env OUTBOX_SHUTDOWN_TIMEOUT)")
+	f.DurationVar(&e.backoffCap, "backoff-cap", envDuration("OUTBOX_BACKOFF_CAP", pgoutbox.BackoffCapDefault),
+		"retry backoff cap (env OUTBOX_BACKOFF_CAP)")
 }
 
 func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Config {
@@ -46,6 +49,7 @@ func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Con
 		PollInterval:       e.poll,
 		CompletedRetention: e.retention,
 		SweepInterval:      e.sweepEvery,
+		BackoffCap:         e.backoffCap,
 	}
 }
 
