@@ -9,14 +9,13 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// listen holds one dedicated connection in LISTEN and wakes the queue named
+// listen holds one dedicated connection (cfg: Config.SessionURL, or the
+// pool's configuration) in LISTEN and wakes the queue named
 // by each notification. After every (re)connect it wakes every queue: the
 // catch-up read for notifications missed while disconnected. The poll
 // interval covers the time the connection is down.
-func (c *Client) listen(ctx context.Context) {
+func (c *Client) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 	defer c.runWG.Done()
-	cfg := c.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = "pgoutbox-listener"
 	backoff := 100 * time.Millisecond
 	down := false // logged once per outage: the first failure, then the reconnect
 	for ctx.Err() == nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // DBTX is what every function here runs on: a pool, a connection or a
@@ -342,15 +343,21 @@ type Fence struct {
 // every multi-row fenced statement (complete, extend, hand-over) then locks
 // its rows in the same order, so two of them never deadlock on the rows
 // they share (an extension racing a group commit).
-func fenceArrays(fs []Fence) ([]int64, []uuid.UUID, []string) {
+func fenceArrays(fs []Fence) ([]int64, []pgtype.UUID, []string) {
 	sorted := slices.Clone(fs)
 	slices.SortFunc(sorted, func(a, b Fence) int { return cmp.Compare(a.ID, b.ID) })
-	ids, toks, types := make([]int64, len(fs)), make([]uuid.UUID, len(fs)), make([]string, len(fs))
+	ids, toks, types := make([]int64, len(fs)), make([]pgtype.UUID, len(fs)), make([]string, len(fs))
 	for i, f := range sorted {
-		ids[i], toks[i], types[i] = f.ID, f.Token, f.Type
+		ids[i], toks[i], types[i] = f.ID, pgUUID(f.Token), f.Type
 	}
 	return ids, toks, types
 }
+
+// pgUUID is a token as pgx's own UUID type. An array of uuid.UUID has no
+// encoding in pgx's text-format query modes (exec, simple protocol: the
+// modes that work through a transaction pooler, docs/poolers.md); an array
+// of pgtype.UUID has one in every mode.
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 // fencedSQL locks each fenced row by primary key (one index probe per
 // fence, whatever the statistics say about the lease index) and keeps the
@@ -664,4 +671,16 @@ func NextDue(ctx context.Context, db DBTX, queue string) (in time.Duration, ok b
 		return 0, false, MapError(err)
 	}
 	return time.Duration(secs * float64(time.Second)), true, nil
+}
+
+// backendPIDSQL names the server process a statement runs in.
+const backendPIDSQL = `SELECT pg_backend_pid()`
+
+// BackendPID returns the PostgreSQL backend that runs a statement on db. It
+// uses the simple protocol, so it answers whatever the connection's query
+// mode (the transaction-pooler probe runs it before the mode is checked).
+func BackendPID(ctx context.Context, db DBTX) (int32, error) {
+	var pid int32
+	err := db.QueryRow(ctx, backendPIDSQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid)
+	return pid, err
 }
