@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -63,20 +64,25 @@ func transactionPooled(ctx context.Context, a, b probeConn) (bool, error) {
 	return again != first, nil
 }
 
-// poolPooled probes the client's pool with two of its connections. It
-// answers false when it cannot tell (a pool of one connection).
-func (c *Client) poolPooled(ctx context.Context) (bool, error) {
-	if c.pool.Config().MaxConns < 2 {
+// BehindTransactionPooler reports whether the connections of pool go
+// through a transaction-pooling proxy (PgBouncer in pool_mode=transaction,
+// Supabase's or Neon's pooler, RDS Proxy): it runs three statements on two
+// of the pool's connections, one in a transaction, and compares the backends
+// that ran them (docs/poolers.md). It answers false when it cannot tell: a
+// pool of at most one connection. Client.Start runs it for a client with
+// queues.
+func BehindTransactionPooler(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	if pool.Config().MaxConns < 2 {
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	a, err := c.pool.Acquire(ctx)
+	a, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer a.Release()
-	b, err := c.pool.Acquire(ctx)
+	b, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -111,7 +117,7 @@ var ErrPreparedStatementsThroughPooler = errors.New("pgoutbox: the pool goes thr
 // through one, and returns the configuration of the listener's session
 // connection (nil: no listener, the claim loops poll).
 func (c *Client) checkPooler(ctx context.Context) (*pgx.ConnConfig, error) {
-	pooled, err := c.poolPooled(ctx)
+	pooled, err := BehindTransactionPooler(ctx, c.pool)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

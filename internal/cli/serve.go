@@ -50,6 +50,7 @@ func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Con
 		CompletedRetention: e.retention,
 		SweepInterval:      e.sweepEvery,
 		BackoffCap:         e.backoffCap,
+		SessionURL:         g.sessionURL,
 	}
 }
 
