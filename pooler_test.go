@@ -217,6 +217,9 @@ func TestEngineThroughPgBouncer(t *testing.T) {
 						return err
 					}},
 					{Name: "dispatch", Handler: noop},
+					{Name: "unsure", Handler: func(context.Context, *pgoutbox.Delivery) error {
+						return pgoutbox.Ambiguous(errors.New("timeout after sending"))
+					}},
 				},
 				PollInterval:       20 * time.Millisecond,
 				SessionURL:         p.direct,
@@ -244,6 +247,16 @@ func TestEngineThroughPgBouncer(t *testing.T) {
 			}
 			for _, id := range ids {
 				p.waitEvent(t, events, id, "completed")
+			}
+			// A reconciliation record, resolved by an operator.
+			unsure := p.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "unsure", Key: "unsure"})[0]
+			p.waitEvent(t, events, unsure, "reconciliation_required")
+			if err := pgoutbox.Resolve(p.ctx, p.pool, unsure, "unsure", map[string]any{"by": "operator"}); err != nil {
+				t.Fatalf("resolve through the pooler: %v", err)
+			}
+			if n := p.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'
+				AND resolution->>'by' = 'operator'`, unsure); n != 1 {
+				t.Fatal("the resolution was not recorded")
 			}
 			if n := p.scalar(t, `SELECT count(*) FROM marks`); n != 2 {
 				t.Fatalf("%d marks, want 2 (OnComplete and TxHandler)", n)
@@ -279,8 +292,8 @@ func TestEngineThroughPgBouncer(t *testing.T) {
 				WHERE queue = 'q' AND state = 'completed'`); err != nil {
 				t.Fatal(err)
 			}
-			if n, err := c.Prune(p.ctx); err != nil || n != int64(len(effects)) {
-				t.Fatalf("prune through the pooler: %d, %v; want %d", n, err, len(effects))
+			if n, err := c.Prune(p.ctx); err != nil || n != int64(len(effects)+1) {
+				t.Fatalf("prune through the pooler: %d, %v; want %d", n, err, len(effects)+1)
 			}
 			if n := p.count(t); n != 1 {
 				t.Fatalf("%d effects left, want the side one", n)

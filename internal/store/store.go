@@ -585,7 +585,9 @@ RETURNING id`
 // Resolve closes a reconciliation record as completed with the operator's
 // recorded resolution. found=false: no such record of that type.
 func Resolve(ctx context.Context, db DBTX, id int64, effectType string, resolution []byte) (found bool, err error) {
-	tag, err := db.Exec(ctx, resolveSQL, id, effectType, resolution)
+	// As text: in pgx's exec and simple-protocol modes (docs/poolers.md) a
+	// []byte is sent as bytea, which is not JSON.
+	tag, err := db.Exec(ctx, resolveSQL, id, effectType, string(resolution))
 	if err != nil {
 		return false, MapError(err)
 	}
