@@ -301,3 +301,34 @@ func TestEngineThroughPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// A client whose Logger is left nil is not silent about what stops it from
+// working: its WARN and ERROR records reach slog.Default(), and nothing
+// below WARN does. Sequential: it replaces slog's default logger, and
+// parallel tests only run once the sequential ones are done.
+func TestDefaultLoggerReportsWarnings(t *testing.T) {
+	p := setupPooled(t)
+	logs := newLogCapture()
+	old := slog.Default()
+	slog.SetDefault(logs.Logger())
+	c, err := pgoutbox.NewClient(p.pool, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {}},
+		Types:  []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
+	})
+	slog.SetDefault(old) // NewClient took the default handler as it was
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(p.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(p.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(logs.matching(msg(poolerWarning, ""))); n != 1 {
+		t.Fatalf("%d pooler warnings through the default logger, want 1", n)
+	}
+	if below := logs.matching(func(r slog.Record) bool { return r.Level < slog.LevelWarn }); len(below) != 0 {
+		t.Fatalf("the default logger passed %d records below WARN, e.g. %q", len(below), below[0].Message)
+	}
+}
