@@ -21,11 +21,17 @@ const (
 	// (the database unreachable, a restart); each further consecutive
 	// failure doubles the wait, up to ClaimRetryMax.
 	ClaimRetryInitial = 100 * time.Millisecond
-	// ClaimRetryMax caps the wait between failed claims. The listener wakes
-	// every claim loop as soon as it reconnects, so claims resume at once
-	// when the database answers again (within ClaimRetryMax without a
-	// listener).
-	ClaimRetryMax = 5 * time.Second
+	// ClaimRetryMax caps the wait between failed claims. The listener,
+	// which retries its connection every ListenRetryMax at most, wakes every
+	// claim loop as soon as it reconnects, so claims resume within
+	// ListenRetryMax of the database answering again (within ClaimRetryMax
+	// without a listener).
+	ClaimRetryMax = time.Second
+	// ListenRetryMax caps the wait between the listener's reconnection
+	// attempts (from 100 ms, doubling). It is short because the listener is
+	// what tells the claim loops that the database is back; an attempt
+	// is one connection, and a failed one is logged only at DEBUG.
+	ListenRetryMax = 250 * time.Millisecond
 )
 
 // dueSlack delays a wake-up at a due time a little, so that the claim runs

@@ -129,7 +129,7 @@ func TestClaimOutageBacksOffAndLogsOnce(t *testing.T) {
 	if err := cl.Stop(pgtest.StopFast); err != nil {
 		t.Fatal(err)
 	}
-	const retries = 4
+	const retries = 5
 	again := logs.waitCount(t, ctx, "failed claims during the outage", retries, msg("claim failed again", "q"))
 	want := pgoutbox.ClaimRetryInitial
 	for i, r := range again[:retries] {
