@@ -57,7 +57,7 @@ func (q *queueWorker) noteDue(d time.Duration) {
 
 // scheduleDue asks the database when the queue's next not-yet-claimable
 // effect falls due, after a claim that found fewer effects than it asked for
-// (the loop is about to wait). A failure is ignored: the poll covers it, and
+// when the loop is about to idle for longer than ActivePollInterval. A failure is ignored: the poll covers it, and
 // the next claim reports an outage.
 func (q *queueWorker) scheduleDue(ctx context.Context) {
 	if d, ok, err := store.NextDue(ctx, q.c.pool, q.name); err == nil && ok {

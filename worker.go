@@ -113,10 +113,15 @@ func (q *queueWorker) run(ctx context.Context) {
 		if n == want {
 			continue // a full batch: there may be more
 		}
-		q.scheduleDue(ctx)
 		wait := q.c.cfg.PollInterval
 		if time.Since(lastActive) < ActiveTail {
 			wait = min(wait, ActivePollInterval)
+		}
+		if wait > ActivePollInterval {
+			// About to idle: learn when the next retry or scheduled
+			// effect falls due. (A busy queue polls every
+			// ActivePollInterval anyway and pays no extra query.)
+			q.scheduleDue(ctx)
 		}
 		woken, alive := q.idle(ctx, poll, wait)
 		if !alive {
