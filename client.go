@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -79,7 +80,12 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 func (c *Client) ID() string { return c.cfg.ID }
 
 // Start launches the client's goroutines and returns. ctx is used only for
-// start-up; the client runs until Stop.
+// start-up; the client runs until Stop. A client with queues first checks
+// whether its pool goes through a transaction-pooling proxy
+// (docs/poolers.md): if so, Start fails when the pool's query mode needs
+// named prepared statements (ErrPreparedStatementsThroughPooler), and without
+// Config.SessionURL the claim loops poll instead of listening, which Start
+// logs once at WARN. Start fails when Config.SessionURL is not a session.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,6 +94,13 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	var listenCfg *pgx.ConnConfig
+	if len(c.queues) > 0 {
+		var err error
+		if listenCfg, err = c.checkPooler(ctx); err != nil {
+			return err
+		}
 	}
 	c.started = true
 
@@ -104,9 +117,9 @@ func (c *Client) Start(ctx context.Context) error {
 	if len(c.queues) > 0 {
 		c.extWG.Add(1)
 		go c.extendLoop(extCtx)
-		if !c.cfg.DisableListen {
+		if listenCfg != nil {
 			c.runWG.Add(1)
-			go c.listen(runCtx)
+			go c.listen(runCtx, listenCfg)
 		}
 	}
 	for _, q := range c.queues {
@@ -171,6 +184,9 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 			return total, fmt.Errorf("pgoutbox: sweep: %w", err)
 		}
 		for _, r := range rescued {
+			if q := c.queues[r.Queue]; q != nil && r.State == "available" {
+				signal(q.wake) // claimable now: no need to wait for the poll
+			}
 			c.m.rescued.WithLabelValues(r.Queue, r.Type, r.State).Inc()
 			c.log.Warn("recovered expired lease", "effect_id", r.ID, "queue", r.Queue, "effect_type", r.Type, "state", r.State)
 		}

@@ -135,7 +135,11 @@ type Config struct {
 	Queues map[string]QueueConfig
 	// Types are the registered effect types.
 	Types []EffectType
-	// Logger receives structured logs; default discards them.
+	// Logger receives structured logs. Default: the records at WARN and
+	// above (failed claims, an unreachable database, failed deliveries, a
+	// transaction pooler without SessionURL) go to slog.Default() as it is
+	// when NewClient runs; to discard everything, pass
+	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 	// Registerer receives the client's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -167,6 +171,16 @@ type Config struct {
 	BackoffCap time.Duration
 	// DisableListen turns LISTEN/NOTIFY off (polling only).
 	DisableListen bool
+	// SessionURL is a connection string to the same database on which a
+	// connection is a session of its own: PostgreSQL directly, or a pooler
+	// in session mode. The listener LISTENs there. Set it when the pool
+	// goes through a transaction-pooling proxy (PgBouncer in transaction
+	// mode, Supabase's and Neon's poolers, RDS Proxy), where LISTEN cannot
+	// work: without it the client polls (and says so once, at WARN). Start
+	// fails when SessionURL itself goes through such a proxy. Default
+	// empty: the listener connects with the pool's configuration. The CLI
+	// reads it from PGOUTBOX_SESSION_DATABASE_URL. See docs/poolers.md.
+	SessionURL string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -175,7 +189,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.New(minLevel{h: slog.Default().Handler(), min: slog.LevelWarn})
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -260,4 +274,26 @@ func Backoff(attempt int, limit time.Duration) time.Duration {
 	base := math.Min(math.Pow(2, float64(attempt))*float64(time.Second), float64(limit))
 	jitter := 1 + (rand.Float64()*0.2 - 0.1)
 	return time.Duration(math.Min(base*jitter, float64(limit)))
+}
+
+// minLevel passes on the records of h at min and above: the default Logger,
+// so that a client nobody configured logging for is not silent about what
+// stops it from working.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
+}
+
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
+
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h: m.h.WithAttrs(as), min: m.min}
+}
+
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h: m.h.WithGroup(name), min: m.min}
 }

@@ -9,34 +9,42 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// listen holds one dedicated connection in LISTEN and wakes the queue named
+// listen holds one dedicated connection (cfg: Config.SessionURL, or the
+// pool's configuration) in LISTEN and wakes the queue named
 // by each notification. After every (re)connect it wakes every queue: the
 // catch-up read for notifications missed while disconnected. The poll
 // interval covers the time the connection is down.
-func (c *Client) listen(ctx context.Context) {
+func (c *Client) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 	defer c.runWG.Done()
-	cfg := c.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = "pgoutbox-listener"
 	backoff := 100 * time.Millisecond
+	down := false // logged once per outage: the first failure, then the reconnect
 	for ctx.Err() == nil {
-		connected, err := c.listenOnce(ctx, cfg)
+		connected, err := c.listenOnce(ctx, cfg, &down)
 		if ctx.Err() != nil {
 			return
 		}
 		if connected {
 			backoff = 100 * time.Millisecond
 		}
-		c.log.Warn("listener disconnected; polling until it reconnects", "err", err, "retry_in", backoff)
+		if !down {
+			down = true
+			c.log.Warn("listener disconnected; polling until it reconnects (logged once until it does)", "err", err, "retry_in", backoff)
+		} else {
+			c.log.Debug("listener reconnect failed", "err", err, "retry_in", backoff)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, ListenRetryMax)
 	}
 }
 
-func (c *Client) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) (connected bool, err error) {
+// listenOnce connects, LISTENs, wakes every queue and relays notifications
+// until the connection fails. *down is the outage state of listen: a
+// successful LISTEN after a failure logs the reconnect and clears it.
+func (c *Client) listenOnce(ctx context.Context, cfg *pgx.ConnConfig, down *bool) (connected bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return false, err
@@ -44,6 +52,10 @@ func (c *Client) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) (connected
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, store.ListenSQL); err != nil {
 		return false, err
+	}
+	if *down {
+		*down = false
+		c.log.Warn("listener reconnected")
 	}
 	for _, q := range c.queues {
 		signal(q.wake)

@@ -135,18 +135,30 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	t.Run("durable", func(t *testing.T) {
 		t.Parallel()
-		testExactlyOnce(t, 100_000, 0)
+		testExactlyOnce(t, setup(t), 100_000, 0)
 	})
 	// Under row-lock leases no effect is claimed twice either: a locked
 	// row is skipped by every other claimer until its batch commits.
 	t.Run("rowlock", func(t *testing.T) {
 		t.Parallel()
-		testExactlyOnce(t, 20_000, 50*time.Millisecond)
+		testExactlyOnce(t, setup(t), 20_000, 50*time.Millisecond)
+	})
+	// Through PgBouncer in transaction mode (docs/poolers.md): the workers
+	// claim, complete and hold their row-lock transactions through the
+	// pooler, with no session for LISTEN (they poll).
+	t.Run("pgbouncer durable", func(t *testing.T) {
+		t.Parallel()
+		testExactlyOnce(t, setupPooled(t).bundle, 10_000, 0)
+	})
+	t.Run("pgbouncer rowlock", func(t *testing.T) {
+		t.Parallel()
+		testExactlyOnce(t, setupPooled(t).bundle, 5_000, 50*time.Millisecond)
 	})
 }
 
-func testExactlyOnce(t *testing.T, total int, hold time.Duration) {
-	b := setup(t)
+// testExactlyOnce drains total effects with two worker processes on b (its
+// dsn is what the workers connect to).
+func testExactlyOnce(t *testing.T, b *bundle, total int, hold time.Duration) {
 	// A safety net, not a timing assertion: the drain takes about a minute
 	// on a 2-core machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -223,13 +235,18 @@ func TestKilledWorkerProcess(t *testing.T) {
 	for _, mode := range leaseModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			testKilledWorker(t, mode.hold)
+			testKilledWorker(t, setup(t), mode.hold)
+		})
+		// The worker and its successor work through PgBouncer in
+		// transaction mode (docs/poolers.md).
+		t.Run("pgbouncer "+mode.name, func(t *testing.T) {
+			t.Parallel()
+			testKilledWorker(t, setupPooled(t).bundle, mode.hold)
 		})
 	}
 }
 
-func testKilledWorker(t *testing.T, hold time.Duration) {
-	b := setup(t)
+func testKilledWorker(t *testing.T, b *bundle, hold time.Duration) {
 	ids := b.enqueue(t,
 		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "dispatch"},
 		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "a"},

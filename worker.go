@@ -30,6 +30,10 @@ type queueWorker struct {
 	// at most maxBatches.
 	openBatches atomic.Int64
 	maxBatches  int64
+	// dueAt is the earliest known time (Unix ns, 0: none) an effect of the
+	// queue falls due; rearm tells an idle claim loop it moved (poll.go).
+	dueAt atomic.Int64
+	rearm chan struct{}
 
 	mu   sync.Mutex
 	held map[int64]*held
@@ -46,6 +50,7 @@ func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 		c: c, name: name, cfg: cfg, maxBatches: maxOpenBatches(c),
 		wake:  make(chan struct{}, 1),
 		freed: make(chan struct{}, 1),
+		rearm: make(chan struct{}, 1),
 		held:  map[int64]*held{},
 	}
 }
@@ -58,7 +63,7 @@ func signal(ch chan struct{}) {
 }
 
 // run claims while there are free slots and claimable effects, then waits for
-// a NOTIFY, a freed slot or the poll interval.
+// a NOTIFY, a freed slot, the next due time or the poll interval (poll.go).
 func (q *queueWorker) run(ctx context.Context) {
 	defer q.c.runWG.Done()
 	poll := time.NewTimer(q.c.cfg.PollInterval)
@@ -68,6 +73,7 @@ func (q *queueWorker) run(ctx context.Context) {
 	// effects of producers whose notification the limiter folded into an
 	// earlier one (migration 00005).
 	var lastActive, lastClaim time.Time
+	var retry claimRetry
 	for {
 		free := q.cfg.Concurrency - int(q.inflight.Load())
 		// Backpressure: a slot is freed when its handler returns, before its
@@ -92,36 +98,37 @@ func (q *queueWorker) run(ctx context.Context) {
 			continue
 		}
 		lastClaim = time.Now()
+		q.dueAt.Store(0) // this claim takes what is due; scheduleDue finds the rest
 		n, err := q.claim(ctx, want)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || !q.claimFailed(ctx, err, &retry) {
 				return
 			}
-			q.c.log.Error("claim failed", "queue", q.name, "err", err)
+			continue
 		}
+		q.claimSucceeded(&retry)
 		if n > 0 {
 			lastActive = time.Now()
 		}
-		if err == nil && n == want {
+		if n == want {
 			continue // a full batch: there may be more
 		}
 		wait := q.c.cfg.PollInterval
 		if time.Since(lastActive) < ActiveTail {
 			wait = min(wait, ActivePollInterval)
 		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
+		if wait > ActivePollInterval {
+			// About to idle: learn when the next retry or scheduled
+			// effect falls due. (A busy queue polls every
+			// ActivePollInterval anyway and pays no extra query.)
+			q.scheduleDue(ctx)
 		}
-		poll.Reset(wait)
-		select {
-		case <-ctx.Done():
+		woken, alive := q.idle(ctx, poll, wait)
+		if !alive {
 			return
-		case <-q.wake:
+		}
+		if woken {
 			lastActive = time.Now()
-		case <-poll.C:
 		}
 	}
 }
@@ -434,6 +441,9 @@ func (q *queueWorker) fail(ctx context.Context, d *Delivery, fence store.Fence, 
 	case !found:
 		q.leaseLost(d, "fail")
 	default:
+		if state == "available" {
+			q.noteDue(delay) // wake when the retry falls due, not at the next poll
+		}
 		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(outcome)).Inc()
 		q.c.log.Warn("delivery failed", "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type,
 			"attempt", d.Attempt, "outcome", outcome, "state", state, "err", herr)

@@ -64,7 +64,9 @@ func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
 	res := IngestResult{DeliveryID: delivery}
 	err = pgx.BeginFunc(r.Context(), a.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(r.Context(), sqlInsertInbox, delivery, event, n.Action, n.InstallationID,
-			n.RepositoryID, hex.EncodeToString(sum[:]), normalized).Scan(&res.InboxID)
+			// As text: in pgx's exec and simple-protocol modes (behind a
+			// transaction pooler, docs/poolers.md) a []byte is sent as bytea.
+			n.RepositoryID, hex.EncodeToString(sum[:]), string(normalized)).Scan(&res.InboxID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			res.Duplicate = true
 			return nil

@@ -62,6 +62,12 @@ func setup(t *testing.T, gh controlplane.GitHub, cfg controlplane.Config) *bundl
 func newBundle(t *testing.T) (*bundle, *http.ServeMux) {
 	t.Helper()
 	pool, _ := pgtest.NewPool(t)
+	return newBundleOn(t, pool)
+}
+
+// newBundleOn is newBundle on a given pool.
+func newBundleOn(t *testing.T, pool *pgxpool.Pool) (*bundle, *http.ServeMux) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	b := &bundle{ctx: ctx, pool: pool, logs: &bytes.Buffer{}}

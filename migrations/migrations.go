@@ -13,7 +13,8 @@ import (
 	"fmt"
 	"io/fs"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -126,4 +127,36 @@ func List(ctx context.Context, dsn string) ([]Status, error) {
 		return nil
 	})
 	return out, err
+}
+
+// Pending reports whether dsn's database lacks a migration. Unlike Up it
+// writes nothing, takes no session advisory lock and uses pgx's exec query mode (no named
+// prepared statements), so it may run through a transaction-pooling proxy
+// (docs/poolers.md), where Up must not: the lock would stay with whichever
+// server connection took it.
+func Pending(ctx context.Context, dsn string) (bool, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return false, fmt.Errorf("migrations: %w", err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	// Nothing is written: without the version table everything is pending.
+	var missing bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NULL`, VersionTable).Scan(&missing); err != nil {
+		return false, fmt.Errorf("migrations: pending: %w", err)
+	}
+	if missing {
+		return true, nil
+	}
+	p, err := provider(db)
+	if err != nil {
+		return false, err
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migrations: pending: %w", err)
+	}
+	return pending, nil
 }

@@ -40,6 +40,12 @@ type bundle struct {
 func setup(t *testing.T, cfg projection.Config) *bundle {
 	t.Helper()
 	pool, _ := pgtest.NewPool(t)
+	return setupOn(t, pool, cfg)
+}
+
+// setupOn is setup on a given pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg projection.Config) *bundle {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	if cfg.APIToken == "" {

@@ -14,15 +14,28 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending migrations (idempotent; safe to run from several processes at once)",
-		Args:  cobra.NoArgs,
+		Long: `migrate applies pending migrations (idempotent; safe to run from several processes at
+once: they hold a session advisory lock). When DATABASE_URL goes through a
+transaction-pooling proxy, migrations run on PGOUTBOX_SESSION_DATABASE_URL,
+and without it migrate refuses when one is pending (docs/poolers.md).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dsn, err := g.dsn(cmd.Context())
-			if err != nil {
-				return err
-			}
-			applied, err := migrations.Up(cmd.Context(), dsn)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
+			var applied []int64
+			if g.sessionURL != "" {
+				if err := g.migrate(cmd.Context(), "", &applied); err != nil {
+					return err
+				}
+			} else {
+				// open migrates on DATABASE_URL, or refuses when it goes
+				// through a transaction pooler and a migration is pending.
+				pool, dsn, err := g.open(cmd.Context(), false)
+				if err != nil {
+					return err
+				}
+				pool.Close()
+				if err := g.migrate(cmd.Context(), dsn, &applied); err != nil {
+					return err
+				}
 			}
 			if len(applied) == 0 {
 				fmt.Fprintln(g.stdout, "database is up to date; nothing applied")

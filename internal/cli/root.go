@@ -40,6 +40,8 @@ var Version = "dev"
 // globals are the flags every command shares.
 type globals struct {
 	databaseURL string
+	sessionURL  string // PGOUTBOX_SESSION_DATABASE_URL: LISTEN and migrations behind a pooler
+	pooled      bool   // set by open: DATABASE_URL goes through a transaction pooler
 	logLevel    string
 	logFormat   string
 	dataDir     string
@@ -80,6 +82,9 @@ outcome of a non-idempotent effect is unknown.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
 		"PostgreSQL connection string (env DATABASE_URL; unset: the embedded PostgreSQL under --data-dir)")
+	pf.StringVar(&g.sessionURL, "session-database-url", os.Getenv("PGOUTBOX_SESSION_DATABASE_URL"),
+		"when DATABASE_URL goes through a transaction-pooling proxy: the database's direct (session) address, "+
+			"for LISTEN and migrations (env PGOUTBOX_SESSION_DATABASE_URL; docs/poolers.md)")
 	pf.StringVar(&g.dataDir, "data-dir", envOr("PGOUTBOX_DATA_DIR", ".pgoutbox"),
 		"where the embedded PostgreSQL lives when DATABASE_URL is unset (env PGOUTBOX_DATA_DIR)")
 	pf.StringVar(&g.logLevel, "log-level", envOr("PGOUTBOX_LOG_LEVEL", "info"),

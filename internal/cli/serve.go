@@ -25,6 +25,7 @@ type engineFlags struct {
 	keyRetain   time.Duration
 	stopTimeout time.Duration
 	sweepEvery  time.Duration
+	backoffCap  time.Duration
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -41,6 +42,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 		"how often expired leases are recovered (env OUTBOX_SWEEP_INTERVAL)")
 	f.DurationVar(&e.stopTimeout, "shutdown-timeout", envDuration("OUTBOX_SHUTDOWN_TIMEOUT", 30*time.Second),
 		"how long in-flight deliveries may finish at shutdown (env OUTBOX_SHUTDOWN_TIMEOUT)")
+	f.DurationVar(&e.backoffCap, "backoff-cap", envDuration("OUTBOX_BACKOFF_CAP", pgoutbox.BackoffCapDefault),
+		"retry backoff cap (env OUTBOX_BACKOFF_CAP)")
 }
 
 func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Config {
@@ -52,6 +55,8 @@ func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Con
 		CompletedRetention: e.retention,
 		KeyRetention:       e.keyRetain,
 		SweepInterval:      e.sweepEvery,
+		BackoffCap:         e.backoffCap,
+		SessionURL:         g.sessionURL,
 	}
 }
 

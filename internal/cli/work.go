@@ -33,7 +33,6 @@ type natsFlags struct {
 	relayQueues  []string
 	ackWait      time.Duration
 	maxAttempts  int
-	backoffCap   time.Duration
 	relayBatch   int
 	consumerConc int
 }
@@ -57,8 +56,6 @@ func (n *natsFlags) register(cmd *cobra.Command) {
 		"JetStream ack wait; below --lease (env NATS_ACK_WAIT)")
 	f.IntVar(&n.maxAttempts, "max-attempts", envInt("OUTBOX_MAX_ATTEMPTS", pgoutbox.MaxAttemptsDefault),
 		"the largest max_attempts of relayed effects, for the retry horizon (env OUTBOX_MAX_ATTEMPTS)")
-	f.DurationVar(&n.backoffCap, "backoff-cap", envDuration("OUTBOX_BACKOFF_CAP", pgoutbox.BackoffCapDefault),
-		"retry backoff cap (env OUTBOX_BACKOFF_CAP)")
 	f.IntVar(&n.relayBatch, "relay-batch", envInt("OUTBOX_RELAY_BATCH", pgnats.RelayBatchDefault),
 		"effects per relay claim (env OUTBOX_RELAY_BATCH)")
 	f.StringVar(&n.metricsAddr, "metrics-addr", envOr("PGOUTBOX_METRICS_ADDR", "127.0.0.1:9101"),
@@ -109,7 +106,7 @@ window is shorter than the retry horizon. See docs/scale-out.md.`,
 func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags) error {
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e, err := g.openEngine(ctx, eng, func(cfg *pgoutbox.Config) { cfg.BackoffCap = nf.backoffCap })
+	e, err := g.openEngine(ctx, eng, nil)
 	if err != nil {
 		return err
 	}
@@ -157,7 +154,7 @@ func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags
 			consumed[q] = qc
 			delete(cfg.Queues, q)
 		}
-		policy := pgnats.RetryPolicy{MaxAttempts: nf.maxAttempts, BackoffCap: nf.backoffCap, LeaseDuration: eng.lease}
+		policy := pgnats.RetryPolicy{MaxAttempts: nf.maxAttempts, BackoffCap: eng.backoffCap, LeaseDuration: eng.lease}
 		stream := pgnats.Stream{Name: nf.stream, SubjectPrefix: nf.prefix}
 		if nf.relay != "" {
 			relay, err = pgnats.NewRelay(pool, js, pgnats.RelayConfig{

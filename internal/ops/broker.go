@@ -21,7 +21,8 @@ const (
 	// BrokerMinCoverageDefault is the share of the window's buckets that must
 	// hold samples before anything is concluded.
 	BrokerMinCoverageDefault = 0.8
-	// BrokerClaimLatencyDefault: claim latency p99 above this.
+	// BrokerClaimLatencyDefault: claim latency p99 above this while the
+	// queue's workers are healthy.
 	BrokerClaimLatencyDefault = 250 * time.Millisecond
 	// BrokerOldestAgeDefault: oldest available age above this while the
 	// queue's workers are healthy.
@@ -243,7 +244,10 @@ func EvaluateBroker(samples []store.StoredSample, o BrokerOptions) *BrokerReport
 				if v == nil || !v.hasP99 {
 					return 0, false, false
 				}
-				return v.p99, true, v.p99 > o.ClaimLatency.Seconds()
+				// A target outage (most deliveries failing transiently) fills
+				// the slots with slow failures: the latency is the target's,
+				// which a broker would not remove.
+				return v.p99, true, v.p99 > o.ClaimLatency.Seconds() && v.healthy
 			}),
 			judge(TriggerOldestAge, q, "seconds", o.OldestAge.Seconds(), required, nb, func(b int) (float64, bool, bool) {
 				v := qb[b]

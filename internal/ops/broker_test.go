@@ -99,6 +99,18 @@ func TestBrokerReadiness(t *testing.T) {
 			decision: ops.DecisionPostgreSQL,
 		},
 		{
+			name: "claim latency while workers are unhealthy (a target outage) is not a capacity problem",
+			seed: func(b *bundle, t *testing.T) {
+				b.sampleSeries(t, "q", "w1", 90, func(int) (*float64, float64, float64, bool) { return ms(900), 2, 0, false })
+			},
+			decision: ops.DecisionPostgreSQL,
+			check: func(t *testing.T, rep *ops.BrokerReport) {
+				if tr := trigger(rep, ops.TriggerClaimLatency, "q"); tr.Buckets != 15 || tr.Breaching != 0 || tr.Min != 0.9 {
+					t.Fatalf("latency: %+v", tr)
+				}
+			},
+		},
+		{
 			name: "throughput alone, added over queues and workers",
 			seed: func(b *bundle, t *testing.T) {
 				rate := func(int) (*float64, float64, float64, bool) { return ms(20), 1, 200, true }

@@ -47,6 +47,14 @@
 //     the binaries run as the OS user "postgres", which is given the
 //     directories it needs.
 //
+// # PgBouncer
+//
+// NewPgBouncer starts a real PgBouncer (Debian's pgbouncer package) in
+// transaction pooling mode in front of a test server, as a child of the test
+// process on a free port (as the OS user "postgres" when running as root);
+// NewPooledDB is NewDB behind one, returning the pooled URL (pgx's exec query
+// mode) and the direct one. The pooler tests (docs/poolers.md) use them.
+//
 // Databases of a test killed before its cleanup remain on a shared server;
 // they are named pgoutbox_t_<pid>_<random>_<n> and may be dropped at will.
 // NewDB needs PostgreSQL 13 or later.

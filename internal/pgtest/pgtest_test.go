@@ -389,3 +389,45 @@ func TestFindBinariesWantsDataDirVersion(t *testing.T) {
 		t.Fatalf("findBinaries(99) = %v", err)
 	}
 }
+
+// NewPgBouncer's PgBouncer pools in transaction mode: a second client's
+// transaction runs on the server connection the first client's statement
+// just released, which no direct PostgreSQL connection could share.
+func TestPgBouncerPoolsTransactions(t *testing.T) {
+	t.Parallel()
+	pooled, direct := NewPooledDB(t)
+	if pooled == direct {
+		t.Fatal("the pooled DSN is the direct one")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := pgx.Connect(ctx, pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	b, err := pgx.Connect(ctx, pooled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	var pa, pb int32
+	if err := a.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pa); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pb); err != nil {
+		t.Fatal(err)
+	}
+	if pa != pb {
+		t.Fatalf("client b's transaction runs on backend %d, not on %d which client a released: not transaction pooling", pb, pa)
+	}
+	var db string
+	if err := tx.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil || !strings.HasPrefix(db, "pgoutbox_t_") {
+		t.Fatalf("through pgbouncer: database %q, %v", db, err)
+	}
+}

@@ -18,3 +18,6 @@ func processAlive(int) bool                          { return true }
 func lockFile(string) (func(), error)                { return func() {}, nil }
 func interrupt(p *os.Process) error                  { return p.Kill() }
 func kill(p *os.Process) error                       { return p.Kill() }
+
+// terminateSignal asks a child for an immediate shutdown.
+var terminateSignal = os.Kill

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ClaimRelay leases up to limit available effects of a queue for a relay,
@@ -207,9 +208,9 @@ ORDER BY i.ord`
 // waited for. Results are in input order; ids must be distinct.
 func TakeOver(ctx context.Context, db DBTX, reqs []TakeOverReq, handoff, owner string, lease time.Duration) ([]TakeOverRes, error) {
 	n := len(reqs)
-	ids, types, keys, toks := make([]int64, n), make([]string, n), make([]string, n), make([]uuid.UUID, n)
+	ids, types, keys, toks := make([]int64, n), make([]string, n), make([]string, n), make([]pgtype.UUID, n)
 	for i, r := range reqs {
-		ids[i], types[i], keys[i], toks[i] = r.ID, r.Type, r.Key, r.RelayToken
+		ids[i], types[i], keys[i], toks[i] = r.ID, r.Type, r.Key, pgUUID(r.RelayToken)
 	}
 	rows, err := db.Query(ctx, takeOverSQL, ids, types, keys, toks, handoff, owner, lease.Seconds())
 	if err != nil {

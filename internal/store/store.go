@@ -36,6 +36,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // DBTX is what every function here runs on: a pool, a connection or a
@@ -368,15 +369,21 @@ type Fence struct {
 // every multi-row fenced statement (complete, extend, hand-over) then locks
 // its rows in the same order, so two of them never deadlock on the rows
 // they share (an extension racing a group commit).
-func fenceArrays(fs []Fence) ([]int64, []uuid.UUID, []string) {
+func fenceArrays(fs []Fence) ([]int64, []pgtype.UUID, []string) {
 	sorted := slices.Clone(fs)
 	slices.SortFunc(sorted, func(a, b Fence) int { return cmp.Compare(a.ID, b.ID) })
-	ids, toks, types := make([]int64, len(fs)), make([]uuid.UUID, len(fs)), make([]string, len(fs))
+	ids, toks, types := make([]int64, len(fs)), make([]pgtype.UUID, len(fs)), make([]string, len(fs))
 	for i, f := range sorted {
-		ids[i], toks[i], types[i] = f.ID, f.Token, f.Type
+		ids[i], toks[i], types[i] = f.ID, pgUUID(f.Token), f.Type
 	}
 	return ids, toks, types
 }
+
+// pgUUID is a token as pgx's own UUID type. An array of uuid.UUID has no
+// encoding in pgx's text-format query modes (exec, simple protocol: the
+// modes that work through a transaction pooler, docs/poolers.md); an array
+// of pgtype.UUID has one in every mode.
+func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true} }
 
 // fencedSQL locks each fenced row by primary key (one index probe per
 // fence, whatever the statistics say about the lease index) and keeps the
@@ -650,7 +657,9 @@ RETURNING id`
 // Resolve closes a reconciliation record as completed with the operator's
 // recorded resolution. found=false: no such record of that type.
 func Resolve(ctx context.Context, db DBTX, id int64, effectType string, resolution []byte) (found bool, err error) {
-	tag, err := db.Exec(ctx, resolveSQL, id, effectType, resolution)
+	// As text: in pgx's exec and simple-protocol modes (docs/poolers.md) a
+	// []byte is sent as bytea, which is not JSON.
+	tag, err := db.Exec(ctx, resolveSQL, id, effectType, string(resolution))
 	if err != nil {
 		return false, MapError(err)
 	}
@@ -710,4 +719,42 @@ func ListState(ctx context.Context, db DBTX, state, queue string, limit int) ([]
 		return r, err
 	})
 	return out, MapError(err)
+}
+
+// nextDueSQL finds the earliest available effect of a queue that is not yet
+// due (a retry's backoff, a scheduled effect): a range scan of
+// effects_claim_idx that starts after now(), so it never walks the due head
+// of the queue or its recently claimed (dead) entries. $1 queue.
+const nextDueSQL = `
+SELECT extract(epoch FROM e.available_at - now())::float8
+FROM pgoutbox.effects e
+WHERE e.state = 'available' AND e.queue = $1 AND e.available_at > now()
+ORDER BY e.available_at, e.id
+LIMIT 1`
+
+// NextDue returns how long, on the database clock, until the earliest
+// available effect of queue that is not yet claimable falls due; ok is false
+// when the queue has none.
+func NextDue(ctx context.Context, db DBTX, queue string) (in time.Duration, ok bool, err error) {
+	var secs float64
+	err = db.QueryRow(ctx, nextDueSQL, queue).Scan(&secs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, MapError(err)
+	}
+	return time.Duration(secs * float64(time.Second)), true, nil
+}
+
+// backendPIDSQL names the server process a statement runs in.
+const backendPIDSQL = `SELECT pg_backend_pid()`
+
+// BackendPID returns the PostgreSQL backend that runs a statement on db. It
+// uses the simple protocol, so it answers whatever the connection's query
+// mode (the transaction-pooler probe runs it before the mode is checked).
+func BackendPID(ctx context.Context, db DBTX) (int32, error) {
+	var pid int32
+	err := db.QueryRow(ctx, backendPIDSQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid)
+	return pid, err
 }

@@ -1,7 +1,9 @@
 package reliability
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,22 @@ func TestPostgresImmediateRestartMidDrain(t *testing.T) {
 	for _, w := range workers {
 		w.stop(t, ctx)
 	}
+	// One restart is one outage: each claim loop logs it once (and once
+	// when claims resume), where it used to log every 5 ms retry.
+	claimFailed := 0
+	for _, w := range workers {
+		b, err := os.ReadFile(w.spec.LogFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimFailed += strings.Count(string(b), `msg="claim failed`)
+	}
+	t.Logf("claim-failure log lines in both workers' logs: %d", claimFailed)
+	// At most two per worker: a pool connection that died with the server
+	// may fail one claim after the first success.
+	if claimFailed > 2*len(workers) {
+		t.Errorf("%d claim-failure log lines for one restart, want at most %d", claimFailed, 2*len(workers))
+	}
 	calls, torn := readCalls(t, dir)
 	l := account(t, ctx, d, want, calls, torn)
 	l.check(t)
@@ -83,5 +101,6 @@ func TestPostgresImmediateRestartMidDrain(t *testing.T) {
 	f["crash_to_stranded_leases_recovered_s"] = round(leasesRecovered.Sub(crashAt).Seconds())
 	f["leased_after_recovery"] = stranded
 	f["drain_s"] = round(drain.Seconds())
+	f["claim_failed_log_lines"] = claimFailed
 	report(t, "2 PostgreSQL immediate restart", f)
 }

@@ -1,0 +1,140 @@
+package pgoutbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// When a claim loop claims (docs/design.md, "Queues"): at once while it has
+// free slots and the last claim filled its batch; otherwise when the first of
+// these arrives: a NOTIFY for its queue (an insert), a freed slot, the
+// earliest known due time of an effect that is not yet claimable (a retry's
+// backoff, a scheduled effect), or the poll interval. A failed claim is
+// retried with a capped exponential backoff, logged once per outage, and the
+// listener's reconnect wakes the loop at once when the database is back.
+
+// Claim-failure backoff.
+const (
+	// ClaimRetryInitial is how long a claim loop waits after a claim fails
+	// (the database unreachable, a restart); each further consecutive
+	// failure doubles the wait, up to ClaimRetryMax.
+	ClaimRetryInitial = 100 * time.Millisecond
+	// ClaimRetryMax caps the wait between failed claims. The listener,
+	// which retries its connection every ListenRetryMax at most, wakes every
+	// claim loop as soon as it reconnects, so claims resume within
+	// ListenRetryMax of the database answering again (within ClaimRetryMax
+	// without a listener).
+	ClaimRetryMax = time.Second
+	// ListenRetryMax caps the wait between the listener's reconnection
+	// attempts (from 100 ms, doubling). It is short because the listener is
+	// what tells the claim loops that the database is back; an attempt
+	// is one connection, and a failed one is logged only at DEBUG.
+	ListenRetryMax = 250 * time.Millisecond
+)
+
+// dueSlack delays a wake-up at a due time a little, so that the claim runs
+// after available_at on the database clock too.
+const dueSlack = 2 * time.Millisecond
+
+// noteDue records that an effect of the queue falls due in d (on the
+// database clock, measured now): the claim loop wakes then, whatever the
+// poll interval. The earliest noted time wins.
+func (q *queueWorker) noteDue(d time.Duration) {
+	at := time.Now().Add(max(d, 0) + dueSlack).UnixNano()
+	for {
+		cur := q.dueAt.Load()
+		if cur != 0 && cur <= at {
+			return
+		}
+		if q.dueAt.CompareAndSwap(cur, at) {
+			signal(q.rearm)
+			return
+		}
+	}
+}
+
+// scheduleDue asks the database when the queue's next not-yet-claimable
+// effect falls due, after a claim that found fewer effects than it asked for
+// when the loop is about to idle for longer than ActivePollInterval. A failure is ignored: the poll covers it, and
+// the next claim reports an outage.
+func (q *queueWorker) scheduleDue(ctx context.Context) {
+	if d, ok, err := store.NextDue(ctx, q.c.pool, q.name); err == nil && ok {
+		q.noteDue(d)
+	}
+}
+
+// idle waits for a NOTIFY of the queue, the earliest noted due time or wait,
+// whichever comes first. woken reports a NOTIFY (or the listener's catch-up
+// wake); alive is false when ctx ended.
+func (q *queueWorker) idle(ctx context.Context, timer *time.Timer, wait time.Duration) (woken, alive bool) {
+	for {
+		d := wait
+		if at := q.dueAt.Load(); at != 0 {
+			d = min(d, time.Until(time.Unix(0, at)))
+		}
+		if d <= 0 {
+			return false, true
+		}
+		q.c.log.Debug("claim loop idle", "queue", q.name, "wake_in", d)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-q.wake:
+			return true, true
+		case <-timer.C:
+			return false, true
+		case <-q.rearm: // an earlier due time was noted
+		}
+	}
+}
+
+// claimRetry is a claim loop's outage state: consecutive failed claims.
+type claimRetry struct {
+	failures int
+	since    time.Time
+	next     time.Duration
+}
+
+// claimFailed logs a failed claim (the first of an outage at ERROR, the rest
+// at DEBUG) and waits the backoff, or until the listener wakes the queue; it
+// reports false when ctx ended.
+func (q *queueWorker) claimFailed(ctx context.Context, err error, r *claimRetry) bool {
+	if r.failures == 0 {
+		r.since, r.next = time.Now(), ClaimRetryInitial
+		q.c.log.Error("claim failed; retrying with backoff (logged once until a claim succeeds)",
+			"queue", q.name, "err", err, "retry_in", r.next)
+	} else {
+		r.next = min(2*r.next, ClaimRetryMax)
+		q.c.log.Debug("claim failed again", "queue", q.name, "err", err,
+			"failures", r.failures+1, "retry_in", r.next)
+	}
+	r.failures++
+	t := time.NewTimer(r.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-q.wake: // the listener reconnected: the database is back
+	case <-t.C:
+	}
+	return true
+}
+
+// claimSucceeded ends an outage: one log line saying how long claims failed.
+func (q *queueWorker) claimSucceeded(r *claimRetry) {
+	if r.failures == 0 {
+		return
+	}
+	q.c.log.Warn("claims resumed", "queue", q.name, "failed_claims", r.failures,
+		"outage", time.Since(r.since).Round(time.Millisecond))
+	*r = claimRetry{}
+}
