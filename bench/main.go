@@ -32,8 +32,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 type options struct {
@@ -66,6 +64,17 @@ type options struct {
 	child            string
 	xNoNotify        bool
 	createDB         string
+	ceilingLoops     int
+	ceilingBatch     int
+	statements       bool
+	curves           bool
+	curveBacklogs    []int
+	curvePayloads    []int
+	curveProcs       []int
+	curveN           int
+	svgDir           string
+	plot             string
+	pss              bool // pg_stat_statements is preloaded (set by run)
 }
 
 func defaultDSN() string {
@@ -82,7 +91,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox", "systems to run, in order; ratios are to the first. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;cooldown=D;keys=sequential] is a pgoutbox variant")
+	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox,ceiling[row-lock],ceiling", "systems to run, in order; ratios are to the first, and each pgoutbox's to the ceiling of its lease mode. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;cooldown=D;keys=sequential] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N])")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -112,12 +121,36 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pg.clients, "pg-clients", 1, "pgoutbox Clients per process on the same queue (each has its own claim loop); -workers is split between them")
 	fs.BoolVar(&o.xNoNotify, "x-pg-no-notify", false, "experiment: disable pgoutbox's NOTIFY-per-enqueuing-transaction trigger (workers then poll every -pg-poll)")
 	fs.StringVar(&o.createDB, "create-db", "", "create (or recreate) this database with pgoutbox's migrations, print its DSN and exit (for bench/sql/lifecycle.sh)")
+	fs.IntVar(&o.ceilingLoops, "ceiling-loops", 4, "ceiling: concurrent claim/complete loops (one connection each)")
+	fs.IntVar(&o.ceilingBatch, "ceiling-batch", 1000, "ceiling: effects per claim")
+	fs.BoolVar(&o.statements, "statements", true, "pg_stat_statements per statement per effect (drain): with -local, preload the extension (restarting that cluster once); with -dsn, only when the server preloads it")
+	fs.BoolVar(&o.curves, "curves", false, "run the cost curves instead of the scenarios: drain rate, worker RSS, WAL and PostgreSQL CPU per effect against backlog size, payload size and worker processes (docs/benchmarks.md)")
+	var backlogs, payloads, procs string
+	fs.StringVar(&backlogs, "curve-backlogs", "100000,1000000,5000000", "curves: backlog sizes (effects)")
+	fs.StringVar(&payloads, "curve-payloads", "300,4096,32768", "curves: payload sizes (bytes), each at -curve-n effects")
+	fs.StringVar(&procs, "curve-procs", "1,2,4", "curves: worker processes on one queue, each at -curve-n effects")
+	fs.IntVar(&o.curveN, "curve-n", 100000, "curves: backlog of the payload and process points")
+	fs.StringVar(&o.svgDir, "svg", "", "curves: draw the plots as SVG files into this directory")
+	fs.StringVar(&o.plot, "plot", "", "only draw the SVG plots (into -svg) from this curves JSON file (written by -curves -json), then exit")
 	fs.StringVar(&o.child, "child", "", "internal: run as a worker process of the scale scenario")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	o.systems = splitList(systems)
 	o.scenarios = splitList(scens)
+	var err error
+	if o.curveBacklogs, err = intList(backlogs); err != nil {
+		return nil, fmt.Errorf("-curve-backlogs: %w", err)
+	}
+	if o.curvePayloads, err = intList(payloads); err != nil {
+		return nil, fmt.Errorf("-curve-payloads: %w", err)
+	}
+	if o.curveProcs, err = intList(procs); err != nil {
+		return nil, fmt.Errorf("-curve-procs: %w", err)
+	}
+	if o.ceilingLoops < 1 || o.ceilingBatch < 1 || o.curveN < 1 {
+		return nil, fmt.Errorf("-ceiling-loops, -ceiling-batch and -curve-n must be positive")
+	}
 	if o.rounds < 1 || o.n < 1 || o.insertBatch < 1 || o.workers < 1 || o.producers < 1 ||
 		o.producerBatch < 1 || o.sustainedRate < 0 || o.rate <= 0 || o.latencyProducers < 1 || o.scaleN < 1 ||
 		o.scaleProcs < 1 || o.scaleWorkers < 1 || o.duration < 10*time.Millisecond {
@@ -134,6 +167,22 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// intList parses a comma-separated list of positive integers.
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list")
+	}
+	return out, nil
 }
 
 func (o *options) system(name string) (system, error) {
@@ -179,8 +228,32 @@ func (o *options) system(name string) (system, error) {
 			}
 		}
 		return &pgSystem{name: name, knobs: knobs, payloadBytes: o.payloadBytes, logger: logger}, nil
+	case "ceiling":
+		c := &ceilingSystem{name: name, loops: o.ceilingLoops, batch: o.ceilingBatch, payloadBytes: o.payloadBytes}
+		for kv := range strings.SplitSeq(variant, ";") {
+			k, v, _ := strings.Cut(kv, "=")
+			var err error
+			switch k {
+			case "":
+			case "row-lock":
+				c.rowLock = true
+			case "loops":
+				c.loops, err = strconv.Atoi(v)
+			case "batch":
+				c.batch, err = strconv.Atoi(v)
+			default:
+				err = fmt.Errorf("unknown knob %q (row-lock, loops, batch)", k)
+			}
+			if err == nil && (c.loops < 1 || c.batch < 1) {
+				err = fmt.Errorf("loops and batch must be positive")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("system %s: %w", name, err)
+			}
+		}
+		return c, nil
 	}
-	return nil, fmt.Errorf("unknown system %q (river, pgoutbox, pgoutbox[knob=value;…])", name)
+	return nil, fmt.Errorf("unknown system %q (river, pgoutbox, pgoutbox[knob=value;…], ceiling, ceiling[row-lock])", name)
 }
 
 func main() {
@@ -201,6 +274,13 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
+	if o.plot != "" {
+		if err := plotCurves(o.plot, o.svgDir); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.createDB != "" {
 		if err := createDB(ctx, o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -257,7 +337,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if o.local != "" {
-		dsn, err := pgtest.EnsureLocal(ctx, o.local, nil)
+		dsn, err := ensureLocal(ctx, o.local, o.statements)
 		if err != nil {
 			return err
 		}
@@ -268,6 +348,15 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("admin connection: %w", err)
 	}
 	defer admin.Close()
+	if o.statements {
+		o.pss = statementsPreloaded(ctx, admin)
+		if !o.pss {
+			fmt.Fprintln(stderr, "pg_stat_statements is not in shared_preload_libraries: no per-statement figures")
+		}
+	}
+	if o.curves {
+		return runCurves(ctx, o, admin, systems, stdout, stderr)
+	}
 	var version, settings string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
 	_ = admin.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name) FROM pg_settings
@@ -286,6 +375,9 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			for si, sys := range systems {
 				if ctx.Err() != nil {
 					return ctx.Err()
+				}
+				if !supports(sys, sc.name) {
+					continue
 				}
 				t0 := time.Now()
 				res, err := runOne(ctx, o, admin, sc, sys, fmt.Sprintf("pgoutbox_bench_%s_s%d_%s_%d",
@@ -313,6 +405,8 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "pgoutbox: Concurrency %d, ClaimBatch %d, Clients %d, CompletionBatch %s, PollInterval %s; pools: workers %d, producers %d conns\n",
 		o.workers, min(o.pg.claimBatch, o.workers), max(1, o.pg.clients), orDefault(o.pg.completionBatch), orDefault(o.pg.poll), o.poolConns, o.producerConns)
 	printTable(stdout, scens, systems, results)
+	printRatios(stdout, systems, results)
+	printStatements(stdout, systems, results)
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(raw, "", "  ")
 		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
@@ -346,6 +440,11 @@ func runOne(ctx context.Context, o *options, admin *pgxpool.Pool, sc scenario, s
 		return nil, err
 	}
 	defer prod.Close()
+	if o.pss {
+		if _, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+			return nil, err
+		}
+	}
 	return sc.run(ctx, &env{o: o, sys: sys, db: db, dsn: dsn, pool: pool, prod: prod})
 }
 
@@ -397,11 +496,16 @@ func stat(xs []float64, decimals int) string {
 
 // printTable prints one markdown table per scenario.
 func printTable(w io.Writer, scens []scenario, systems []system, results map[string]map[string][]result) {
-	var names []string
-	for _, s := range systems {
-		names = append(names, s.Name())
-	}
 	for _, sc := range scens {
+		var names []string
+		for _, s := range systems {
+			if supports(s, sc.name) {
+				names = append(names, s.Name())
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
 		header := []string{sc.name}
 		for _, n := range names {
 			header = append(header, n+" median [min – max]")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -37,9 +38,37 @@ func runScale(ctx context.Context, e *env) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	exe, err := os.Executable()
+	d, err := drainChildren(ctx, e, n, e.o.scaleProcs, e.o.scaleWorkers)
 	if err != nil {
 		return nil, err
+	}
+	flushStats(e.pool)
+	st1, err := readStats(ctx, e.pool, e.sys.Tables()[0])
+	if err != nil {
+		return nil, err
+	}
+	return result{
+		"effects_per_s": float64(n) / d.elapsed.Seconds(),
+		"xacts":         (st1.xacts - st0.xacts) / float64(n) * 1000,
+		"cpu_proc":      d.cpu / float64(n) * 10000,
+	}, nil
+}
+
+// childDrain is what drainChildren measured.
+type childDrain struct {
+	elapsed time.Duration
+	cpu     float64 // CPU seconds of all worker processes between "go" and stop
+	rssKB   float64 // the largest peak RSS (VmHWM) of any worker process
+}
+
+// drainChildren starts procs worker processes of e.sys with workers workers
+// each, lets them drain the n effects already in the database, and stops
+// them.
+func drainChildren(ctx context.Context, e *env, n, procs, workers int) (childDrain, error) {
+	var out childDrain
+	exe, err := os.Executable()
+	if err != nil {
+		return out, err
 	}
 	type child struct {
 		cmd   *exec.Cmd
@@ -47,6 +76,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 		lines chan string
 		done  int64
 		cpu   float64
+		rss   float64
 	}
 	var kids []*child
 	defer func() {
@@ -57,10 +87,10 @@ func runScale(ctx context.Context, e *env) (result, error) {
 			}
 		}
 	}()
-	for i := range e.o.scaleProcs {
+	for i := range procs {
 		args := []string{
 			"-child", e.sys.Name(), "-dsn", e.dsn,
-			"-workers", strconv.Itoa(e.o.scaleWorkers),
+			"-workers", strconv.Itoa(workers),
 			"-pool-conns", strconv.Itoa(e.o.poolConns),
 			"-payload-bytes", strconv.Itoa(e.o.payloadBytes),
 			"-pg-claim-batch", strconv.Itoa(e.o.pg.claimBatch),
@@ -69,19 +99,21 @@ func runScale(ctx context.Context, e *env) (result, error) {
 			"-pg-clients", "1",
 			"-pg-row-lock", e.o.pg.rowLock.String(),
 			"-pg-claim-cooldown", e.o.pg.claimCooldown.String(),
+			"-ceiling-loops", strconv.Itoa(e.o.ceilingLoops),
+			"-ceiling-batch", strconv.Itoa(e.o.ceilingBatch),
 		}
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("child %d: %w", i, err)
+			return out, fmt.Errorf("child %d: %w", i, err)
 		}
 		k := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
 		kids = append(kids, k)
@@ -109,13 +141,13 @@ func runScale(ctx context.Context, e *env) (result, error) {
 	}
 	for _, k := range kids {
 		if _, err := expect(k, "ready"); err != nil {
-			return nil, err
+			return out, err
 		}
 	}
 	start := time.Now()
 	for _, k := range kids {
 		if _, err := io.WriteString(k.stdin, "go\n"); err != nil {
-			return nil, err
+			return out, err
 		}
 	}
 	// Merge progress until the sum reaches n.
@@ -146,6 +178,8 @@ func runScale(ctx context.Context, e *env) (result, error) {
 					}
 				case "cpu":
 					k.cpu = v
+				case "rss":
+					k.rss = v
 				}
 				mu.Unlock()
 			}
@@ -154,30 +188,38 @@ func runScale(ctx context.Context, e *env) (result, error) {
 	select {
 	case <-reached:
 	case <-time.After(e.o.timeout):
-		return nil, fmt.Errorf("scale: not drained after %s", e.o.timeout)
+		return out, fmt.Errorf("not drained after %s", e.o.timeout)
 	}
-	elapsed := time.Since(start)
+	out.elapsed = time.Since(start)
 	for _, k := range kids {
 		_ = k.stdin.Close()
 	}
 	cpuWG.Wait()
-	var cpu float64
 	for _, k := range kids {
 		if err := k.cmd.Wait(); err != nil {
-			return nil, fmt.Errorf("child: %w", err)
+			return out, fmt.Errorf("child: %w", err)
 		}
-		cpu += k.cpu
+		out.cpu += k.cpu
+		out.rssKB = max(out.rssKB, k.rss)
 	}
-	flushStats(e.pool)
-	st1, err := readStats(ctx, e.pool, e.sys.Tables()[0])
+	return out, nil
+}
+
+// peakRSSKB is this process's peak resident set size (VmHWM) in KB.
+func peakRSSKB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return nil, err
+		return math.NaN()
 	}
-	return result{
-		"effects_per_s": float64(n) / elapsed.Seconds(),
-		"xacts":         (st1.xacts - st0.xacts) / float64(n) * 1000,
-		"cpu_proc":      cpu / float64(n) * 10000,
-	}, nil
+	for l := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return math.NaN()
 }
 
 // childMain is the worker process of the scale scenario.
@@ -231,5 +273,6 @@ func childMain(o *options, sys system) error {
 	defer cancel()
 	err = r.Stop(stopCtx)
 	say("cpu %.3f", cpu.Seconds())
+	say("rss %.0f", peakRSSKB())
 	return err
 }

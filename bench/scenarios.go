@@ -52,6 +52,7 @@ var scenarios = []scenario{
 			{"hot", "HOT updates, % of row updates", 1},
 			{"cpu_proc", "CPU s/10k effects, bench process (drain)", 2},
 			{"cpu_pg", "CPU s/10k effects, PostgreSQL (drain)", 2},
+			{"stmt_total", "statement execution µs/effect, pg_stat_statements (drain)", 1},
 			{"size_empty", "table+indexes MB, empty", 2},
 			{"size_drained", "table+indexes MB, after drain", 2},
 			{"size_retained", "table+indexes MB, after retention + VACUUM", 2},
@@ -138,6 +139,11 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	if lsn, err = walLSN(ctx, e.pool); err != nil {
 		return nil, err
 	}
+	if e.o.pss {
+		if err := resetStatements(ctx, e.pool); err != nil {
+			return nil, err
+		}
+	}
 	pg := newPGCPU(ctx, e.pool)
 	pg.Start()
 	cpu0 := processCPU()
@@ -155,6 +161,12 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	}
 	if werr != nil {
 		return nil, werr
+	}
+	res["stmt_total"] = math.NaN()
+	if e.o.pss {
+		if err := readStatements(ctx, e.pool, n, res); err != nil {
+			return nil, err
+		}
 	}
 	res["effects_per_s"] = float64(n) / elapsed.Seconds()
 	res["wal_drain"] = w / float64(n)

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+// supports reports whether sys runs in scenario (every system runs every
+// scenario unless it says otherwise).
+func supports(sys system, scenario string) bool {
+	if s, ok := sys.(interface{ supports(string) bool }); ok {
+		return s.supports(scenario)
+	}
+	return true
+}
+
+// ensureLocal starts (or reuses) the benchmark's own cluster in dir. With
+// statements, it also makes that cluster preload pg_stat_statements (ALTER
+// SYSTEM, then one restart), when the extension is installed; the cluster is
+// the benchmark's, so nothing else is affected.
+func ensureLocal(ctx context.Context, dir string, statements bool) (string, error) {
+	dsn, err := pgtest.EnsureLocal(ctx, dir, nil)
+	if err != nil || !statements {
+		return dsn, err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	var preload string
+	var available bool
+	err = conn.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries'),
+		EXISTS (SELECT FROM pg_available_extensions WHERE name = 'pg_stat_statements')`).Scan(&preload, &available)
+	if err != nil || !available || strings.Contains(preload, "pg_stat_statements") {
+		conn.Close(ctx)
+		return dsn, err
+	}
+	libs := "pg_stat_statements"
+	if strings.TrimSpace(preload) != "" {
+		libs = preload + "," + libs
+	}
+	_, err = conn.Exec(ctx, "ALTER SYSTEM SET shared_preload_libraries = "+quoteLiteral(libs))
+	conn.Close(ctx)
+	if err != nil {
+		return "", fmt.Errorf("preload pg_stat_statements: %w", err)
+	}
+	if err := pgtest.StopLocal(dir); err != nil {
+		return "", fmt.Errorf("restart for pg_stat_statements: %w", err)
+	}
+	return pgtest.EnsureLocal(ctx, dir, nil)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// statementsPreloaded reports whether the server preloads pg_stat_statements
+// (the extension is then created in each benchmark database).
+func statementsPreloaded(ctx context.Context, pool *pgxpool.Pool) bool {
+	var preload string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('shared_preload_libraries')").Scan(&preload); err != nil {
+		return false
+	}
+	return strings.Contains(preload, "pg_stat_statements")
+}
+
+// resetStatements clears pg_stat_statements for the current database.
+func resetStatements(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)`)
+	return err
+}
+
+// readStatements adds to res, per statement of the current database since
+// resetStatements, "stmt_us:<statement>" (execution µs per effect, wall
+// time: lock and CPU waits included) and "stmt_calls:<statement>" (calls per
+// 1,000 effects), and "stmt_total" (the sum of the µs). The benchmark's own
+// measurement queries are left out.
+func readStatements(ctx context.Context, pool *pgxpool.Pool, n int, res result) error {
+	rows, err := pool.Query(ctx, `SELECT query, calls, total_exec_time FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	total := 0.0
+	for rows.Next() {
+		var q string
+		var calls int64
+		var ms float64
+		if err := rows.Scan(&q, &calls, &ms); err != nil {
+			return err
+		}
+		if strings.Contains(q, "pg_stat_") || strings.Contains(q, "pg_current_wal_lsn") ||
+			strings.Contains(q, "pg_wal_lsn_diff") || strings.Contains(q, "pg_database") {
+			continue
+		}
+		label := strings.Join(strings.Fields(q), " ")
+		if len(label) > 90 {
+			label = label[:90] + "…"
+		}
+		us := ms * 1000 / float64(n)
+		res["stmt_us:"+label] += us
+		res["stmt_calls:"+label] += float64(calls) / float64(n) * 1000
+		total += us
+	}
+	res["stmt_total"] = total
+	return rows.Err()
+}
+
+// ceilingFor is the ceiling system of sys's lease mode among systems, or nil.
+func ceilingFor(sys system, systems []system) system {
+	p, ok := sys.(*pgSystem)
+	if !ok {
+		return nil
+	}
+	for _, s := range systems {
+		if c, ok := s.(*ceilingSystem); ok && c.rowLock == (p.knobs.rowLock > 0) {
+			return c
+		}
+	}
+	return nil
+}
+
+// pairRatios is b/a round by round.
+func pairRatios(a, b []result, key string) []float64 {
+	var out []float64
+	for i := range min(len(a), len(b)) {
+		v := math.NaN()
+		if a[i] != nil && b[i] != nil && a[i][key] != 0 {
+			v = b[i][key] / a[i][key]
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// printRatios prints the headline table: drain and sustained throughput of
+// every system over the first (River), and of every pgoutbox system over
+// the ceiling of its lease mode.
+func printRatios(w io.Writer, systems []system, results map[string]map[string][]result) {
+	cols := []struct{ scenario, key, label string }{
+		{"drain", "effects_per_s", "drain effects/s"},
+		{"sustained", "completed_per_s", "sustained completed effects/s"},
+	}
+	var pairs [][2]system
+	for _, s := range systems[1:] {
+		pairs = append(pairs, [2]system{systems[0], s})
+	}
+	for _, s := range systems {
+		if c := ceilingFor(s, systems); c != nil {
+			pairs = append(pairs, [2]system{c, s})
+		}
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	rows := [][]string{{"ratio, median [min – max] of the rounds' pairs"}}
+	for _, c := range cols {
+		rows[0] = append(rows[0], c.label)
+	}
+	any := false
+	for _, p := range pairs {
+		row := []string{p[1].Name() + " / " + p[0].Name()}
+		for _, c := range cols {
+			rs := pairRatios(results[c.scenario][p[0].Name()], results[c.scenario][p[1].Name()], c.key)
+			if len(rs) > 0 {
+				any = true
+			}
+			row = append(row, stat(rs, 2))
+		}
+		rows = append(rows, row)
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintln(w)
+	writeMarkdown(w, rows)
+}
+
+// printStatements prints, per system, the drain's statements by execution
+// time per effect (pg_stat_statements; medians over the rounds).
+func printStatements(w io.Writer, systems []system, results map[string]map[string][]result) {
+	rows := [][]string{{"drain: pg_stat_statements", "statement", "calls per 1,000 effects", "exec µs per effect"}}
+	for _, s := range systems {
+		rs := results["drain"][s.Name()]
+		keys := map[string]bool{}
+		for _, r := range rs {
+			for k := range r {
+				if strings.HasPrefix(k, "stmt_us:") {
+					keys[strings.TrimPrefix(k, "stmt_us:")] = true
+				}
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		type stmt struct {
+			label     string
+			us, calls float64
+		}
+		var list []stmt
+		for k := range keys {
+			var us, calls []float64
+			for _, r := range rs {
+				if r != nil {
+					us = append(us, r["stmt_us:"+k])
+					calls = append(calls, r["stmt_calls:"+k])
+				}
+			}
+			list = append(list, stmt{k, median(us), median(calls)})
+		}
+		slices.SortFunc(list, func(a, b stmt) int {
+			switch {
+			case a.us > b.us:
+				return -1
+			case a.us < b.us:
+				return 1
+			}
+			return strings.Compare(a.label, b.label)
+		})
+		var total []float64
+		for _, r := range rs {
+			if r != nil {
+				total = append(total, r["stmt_total"])
+			}
+		}
+		rows = append(rows, []string{s.Name(), "all statements", "", stat(total, 1)})
+		for _, st := range list[:min(6, len(list))] {
+			rows = append(rows, []string{"", strings.ReplaceAll(st.label, "|", "\\|"), fmtNum(st.calls, 2), fmtNum(st.us, 2)})
+		}
+	}
+	if len(rows) == 1 {
+		return
+	}
+	fmt.Fprintln(w)
+	writeMarkdown(w, rows)
+}
