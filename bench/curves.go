@@ -184,14 +184,17 @@ func curvePointRun(ctx context.Context, o *options, admin *pgxpool.Pool, sysName
 	}
 	pg := newPGCPU(ctx, pool)
 	pg.Start()
-	d, err := drainChildren(ctx, e, p.Backlog, p.Procs, o.workers)
+	var pgSec, w float64
+	var werr error
+	d, err := drainChildren(ctx, e, p.Backlog, p.Procs, o.workers, func() {
+		pgSec = pg.Since(db)
+		w, werr = walSince(ctx, pool, lsn)
+	})
 	if err != nil {
 		return nil, err
 	}
-	pgSec := pg.Since(db)
-	w, err := walSince(ctx, pool, lsn)
-	if err != nil {
-		return nil, err
+	if werr != nil {
+		return nil, werr
 	}
 	n := float64(p.Backlog)
 	res["effects_per_s"] = n / d.elapsed.Seconds()

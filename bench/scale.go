@@ -38,7 +38,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := drainChildren(ctx, e, n, e.o.scaleProcs, e.o.scaleWorkers)
+	d, err := drainChildren(ctx, e, n, e.o.scaleProcs, e.o.scaleWorkers, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +63,9 @@ type childDrain struct {
 
 // drainChildren starts procs worker processes of e.sys with workers workers
 // each, lets them drain the n effects already in the database, and stops
-// them.
-func drainChildren(ctx context.Context, e *env, n, procs, workers int) (childDrain, error) {
+// them. drained, when set, runs once the n effects are completed and before
+// the processes stop (their backends' CPU is counted only while they live).
+func drainChildren(ctx context.Context, e *env, n, procs, workers int, drained func()) (childDrain, error) {
 	var out childDrain
 	exe, err := os.Executable()
 	if err != nil {
@@ -191,6 +192,9 @@ func drainChildren(ctx context.Context, e *env, n, procs, workers int) (childDra
 		return out, fmt.Errorf("not drained after %s", e.o.timeout)
 	}
 	out.elapsed = time.Since(start)
+	if drained != nil {
+		drained()
+	}
 	for _, k := range kids {
 		_ = k.stdin.Close()
 	}

@@ -19,7 +19,7 @@ const (
 	panelW, panelH           = 460, 300
 	marginL, marginR         = 70, 20
 	marginT, marginB         = 34, 46
-	headerH, legendH, footer = 58, 30, 10
+	headerH, legendH, footer = 66, 30, 10
 )
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"}
@@ -38,8 +38,9 @@ func drawCurves(f *curvesFile, dir string) error {
 		fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 		sizes := curveSizes(f, ax.name, ax.x)
 		text(&b, 12, 22, 16, "start", "bold", "Cost against "+ax.xlabel+" ("+sizes+")")
-		text(&b, 12, 42, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work, load average %s before, %s after · PostgreSQL %s · %s · median of %d round(s); noisy, compare systems, not absolutes",
+		text(&b, 12, 40, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s · median of %d round(s)",
 			strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go, rounds(f)))
+		text(&b, 12, 55, 11, "start", "", "Small sizes on a busy machine: the figures are noisy; compare the systems at one point, not absolute values.")
 		// Legend.
 		x := 12.0
 		for i, s := range f.Systems {
@@ -53,7 +54,7 @@ func drawCurves(f *curvesFile, dir string) error {
 			xs, series := curveSeries(f, ax.name, ax.x, fig.key)
 			ox := float64((i % 2) * panelW)
 			oy := float64(headerH + legendH + (i/2)*panelH)
-			panel(&b, ox, oy, fig.label, ax.xlabel, xs, f.Systems, series)
+			panel(&b, ox, oy, fig.label, ax.xlabel, ax.name == "payload", xs, f.Systems, series)
 		}
 		b.WriteString("</svg>\n")
 		if err := os.WriteFile(filepath.Join(dir, "curve-"+ax.name+".svg"), []byte(b.String()), 0o644); err != nil {
@@ -104,7 +105,7 @@ func text(b *strings.Builder, x, y float64, size int, anchor, weight, s string) 
 }
 
 // panel draws one plot with its origin at (ox, oy).
-func panel(b *strings.Builder, ox, oy float64, title, xlabel string, xs []int, systems []string, series map[string][]float64) {
+func panel(b *strings.Builder, ox, oy float64, title, xlabel string, bytes bool, xs []int, systems []string, series map[string][]float64) {
 	pw, ph := float64(panelW-marginL-marginR), float64(panelH-marginT-marginB)
 	px, py := ox+marginL, oy+marginT
 	text(b, ox+marginL, oy+20, 13, "start", "bold", title)
@@ -137,7 +138,11 @@ func panel(b *strings.Builder, ox, oy float64, title, xlabel string, xs []int, s
 	}
 	for i, x := range xs {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", xpos(i), py+ph, xpos(i), py+ph+4)
-		text(b, xpos(i), py+ph+17, 11, "middle", "", shortNum(float64(x)))
+		label := shortNum(float64(x))
+		if bytes {
+			label = byteSize(x)
+		}
+		text(b, xpos(i), py+ph+17, 11, "middle", "", label)
 	}
 	text(b, px+pw/2, py+ph+36, 11, "middle", "", xlabel)
 	for si, s := range systems {
@@ -191,4 +196,15 @@ func shortNum(v float64) string {
 	default:
 		return trim(fmt.Sprintf("%.2f", v))
 	}
+}
+
+// byteSize formats 4096 as "4 KiB" and 300 as "300 B".
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }
