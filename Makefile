@@ -6,7 +6,7 @@ PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/pgoutbox/pgoutbox/internal/cli.Version=$(VERSION)
 
-.PHONY: demo test test-deps test-short bench build lint fmt vet staticcheck clean
+.PHONY: demo test test-deps test-short bench bench-curves build lint fmt vet staticcheck clean
 
 ## demo: the whole system with GitHub and Solr emulators, on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
 demo: build
@@ -26,7 +26,7 @@ test-deps:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
-## bench: River and pgoutbox side by side (bench/, ~15 min) on a PostgreSQL with default settings under .pgoutbox-bench
+## bench: River, pgoutbox and the SQL ceiling side by side (bench/, ~20 min) on a PostgreSQL with default settings under .pgoutbox-bench
 ## (stopped afterwards; DATABASE_URL: that server instead, which may CREATE DATABASE), then the NATS relay benchmarks
 BENCH_PG ?= $(CURDIR)/.pgoutbox-bench
 bench: build
@@ -34,6 +34,15 @@ bench: build
 	cd bench && $(GO) run . $(if $(DATABASE_URL),,-local $(BENCH_PG)) $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./target/nats
+
+## bench-curves: drain rate, worker RSS, WAL and PostgreSQL CPU per effect against backlog (100k, 1M, 5M), payload
+## (300 B, 4 KiB, 32 KiB) and worker processes (1, 2, 4), River, pgoutbox and the ceiling side by side (hours);
+## writes docs/bench/curves.json and docs/bench/curve-*.svg. Smaller: BENCHFLAGS='-curve-backlogs 10000,50000 -curve-n 10000'
+bench-curves: build
+	./scripts/test-deps postgres
+	cd bench && $(GO) run . -curves -rounds 1 -systems 'river,pgoutbox[row-lock=50ms],pgoutbox,ceiling[row-lock],ceiling' \
+		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/curves.json -svg ../docs/bench $(BENCHFLAGS)
+	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 
 ## build: the pgoutbox binary in ./bin
 build:

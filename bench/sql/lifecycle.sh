@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Raw-SQL cost of an effect's lifecycle on pgoutbox's schema, variant by
-# variant (docs/benchmarks.md, "What limits pgoutbox"): PostgreSQL backend CPU
+# variant (docs/benchmarks-log.md, "What limits pgoutbox now"): PostgreSQL backend CPU
 # per effect (from /proc, so the server must run on this machine and be
 # readable), WAL bytes per effect and rows/s, one pgbench client.
 #
