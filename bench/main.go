@@ -1,13 +1,17 @@
-// Command bench runs River and pgoutbox side by side on the same PostgreSQL,
-// each scenario on a fresh database, alternating River, pgoutbox, River,
-// pgoutbox … over several rounds, and prints per scenario the median and
-// min/max of every figure and the ratio pgoutbox/River pair by pair.
+// Command bench runs River, pgoutbox and the SQL ceiling (the minimal SQL
+// lifecycle on pgoutbox's table, ceiling.go) side by side on the same
+// PostgreSQL, each scenario on a fresh database, alternating the systems over
+// several rounds, and prints per scenario the median and min/max of every
+// figure and the ratios to River (and of each pgoutbox to its ceiling) pair
+// by pair. With -curves it measures the cost curves instead (curves.go) and
+// draws them as SVG (svg.go).
 //
 // It is its own module so that River never becomes a dependency of the
 // library. Run it from the repository root:
 //
 //	cd bench && go run . -rounds 3
 //	cd bench && go run . -rounds 1 -n 20000 -duration 5s -latency-duration 5s   # quick
+//	cd bench && go run . -curves -curve-backlogs 10000,50000 -curve-n 10000 -json c.json -svg out/
 //
 // The admin DSN must be allowed to CREATE and DROP databases; every database
 // the benchmark creates is named pgoutbox_bench_* and dropped afterwards.
