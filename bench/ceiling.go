@@ -65,7 +65,11 @@ func (s *ceilingSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc work
 	if err != nil {
 		return nil, err
 	}
-	return &ceilingRunner{sys: s, pool: pool, payload: string(payload), onWork: wc.onWork, completed: &counter{}}, nil
+	// A claim never takes more than the scenario's worker count, as
+	// pgoutbox's ClaimBatch is capped at Concurrency.
+	sys := *s
+	sys.batch = max(1, min(s.batch, wc.workers))
+	return &ceilingRunner{sys: &sys, pool: pool, payload: string(payload), onWork: wc.onWork, completed: &counter{}}, nil
 }
 
 type ceilingRunner struct {
