@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -241,4 +242,35 @@ func printStatements(w io.Writer, systems []system, results map[string]map[strin
 	}
 	fmt.Fprintln(w)
 	writeMarkdown(w, rows)
+}
+
+// MarshalJSON writes a figure that is not a number (NaN: not measured, or
+// not applicable) as null, which encoding/json cannot do for a float64.
+func (r result) MarshalJSON() ([]byte, error) {
+	m := make(map[string]*float64, len(r))
+	for k, v := range r {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			m[k] = nil
+			continue
+		}
+		m[k] = &v
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads null back as NaN.
+func (r *result) UnmarshalJSON(b []byte) error {
+	var m map[string]*float64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*r = make(result, len(m))
+	for k, v := range m {
+		if v == nil {
+			(*r)[k] = math.NaN()
+		} else {
+			(*r)[k] = *v
+		}
+	}
+	return nil
 }
