@@ -128,7 +128,10 @@ func runCurves(ctx context.Context, o *options, admin *pgxpool.Pool, systems []s
 	fmt.Fprintf(stdout, "server settings: %s\nflags: %s\n", f.Settings, f.Flags)
 	printCurves(stdout, f)
 	if o.jsonOut != "" {
-		b, _ := json.MarshalIndent(f, "", "  ")
+		b, err := json.MarshalIndent(f, "", "  ")
+		if err != nil {
+			return err
+		}
 		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
 			return err
 		}

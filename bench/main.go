@@ -412,7 +412,10 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	printRatios(stdout, systems, results)
 	printStatements(stdout, systems, results)
 	if o.jsonOut != "" {
-		b, _ := json.MarshalIndent(raw, "", "  ")
+		b, err := json.MarshalIndent(raw, "", "  ")
+		if err != nil {
+			return err
+		}
 		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
 			return err
 		}
