@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -19,7 +20,7 @@ const (
 	panelW, panelH           = 460, 300
 	marginL, marginR         = 70, 20
 	marginT, marginB         = 34, 46
-	headerH, legendH, footer = 66, 30, 10
+	headerH, legendH, footer = 80, 30, 10
 )
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"}
@@ -37,10 +38,11 @@ func drawCurves(f *curvesFile, dir string) error {
 			width, height, width, height)
 		fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 		sizes := curveSizes(f, ax.name, ax.x)
-		text(&b, 12, 22, 16, "start", "bold", "Cost against "+ax.xlabel+" ("+sizes+")")
-		text(&b, 12, 40, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s · median of %d round(s)",
-			strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go, rounds(f)))
-		text(&b, 12, 55, 11, "start", "", "Small sizes on a busy machine: the figures are noisy; compare the systems at one point, not absolute values.")
+		text(&b, 12, 22, 16, "start", "bold", "Cost against "+ax.xlabel)
+		text(&b, 12, 40, 11, "start", "", "points: "+sizes+" · median of "+strconv.Itoa(rounds(f))+" round(s)")
+		text(&b, 12, 55, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s",
+			strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go))
+		text(&b, 12, 70, 11, "start", "", "Small sizes on a busy machine: the figures are noisy; compare the systems at one point, not absolute values.")
 		// Legend.
 		x := 12.0
 		for i, s := range f.Systems {
