@@ -364,7 +364,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	var version, settings string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
 	_ = admin.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name) FROM pg_settings
-		WHERE name IN ('autovacuum', 'fsync', 'synchronous_commit', 'shared_buffers', 'max_wal_size', 'commit_delay')`).Scan(&settings)
+		WHERE name IN ('autovacuum', 'fsync', 'synchronous_commit', 'shared_buffers', 'max_wal_size', 'commit_delay', 'shared_preload_libraries')`).Scan(&settings)
 	fmt.Fprintf(stderr, "server settings: %s\n", settings)
 	fmt.Fprintf(stderr, "PostgreSQL %s, %d CPUs, %s; %d round(s)\n", version, runtime.NumCPU(), runtime.Version(), o.rounds)
 
