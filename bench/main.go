@@ -33,7 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
 type options struct {
@@ -257,7 +257,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if o.local != "" {
-		dsn, err := pgtest.EnsureLocal(ctx, o.local, nil)
+		dsn, err := embedded.EnsureLocal(ctx, o.local, nil)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox/internal/cli"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -131,7 +132,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	_ = os.Chmod(base, 0o755) // the cluster runs as the postgres user when tests run as root
 	dir := filepath.Join(base, ".pgoutbox")
 	t.Cleanup(func() {
-		_ = pgtest.ResetLocal(dir)
+		_ = embedded.ResetLocal(dir)
 		_ = os.RemoveAll(base)
 	})
 	code, out, errs := run(t, "--database-url", "", "--data-dir", dir, "migrate")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
@@ -26,7 +26,7 @@ func (g *globals) dsn(ctx context.Context) (string, error) {
 	if g.databaseURL != "" {
 		return g.databaseURL, nil
 	}
-	dsn, err := pgtest.EnsureLocal(ctx, g.dataDir, g.logger())
+	dsn, err := embedded.EnsureLocal(ctx, g.dataDir, g.logger())
 	if err != nil {
 		return "", &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("embedded PostgreSQL: %w", err)}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox/internal/demo"
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
 func init() { extraCommands = append(extraCommands, newDemoCmd) }
@@ -56,11 +56,11 @@ Ctrl-C (or exits with --exit-when-done).`,
 			}
 			if g.databaseURL == "" {
 				if reset {
-					if err := pgtest.ResetLocal(g.dataDir); err != nil {
+					if err := embedded.ResetLocal(g.dataDir); err != nil {
 						return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--reset: %w", err)}
 					}
 					fmt.Fprintf(out, "reset: removed the embedded PostgreSQL at %s\n", g.dataDir)
-				} else if pgtest.LocalInitialized(g.dataDir) {
+				} else if embedded.LocalInitialized(g.dataDir) {
 					fmt.Fprintf(out, "reusing the embedded PostgreSQL at %s (earlier runs' data is kept; --reset starts clean)\n", g.dataDir)
 				} else {
 					fmt.Fprintf(out, "creating an embedded PostgreSQL at %s (first run: about a minute)\n", g.dataDir)
@@ -147,7 +147,7 @@ func newEmbeddedCmd(g *globals) *cobra.Command {
 		Short: "Stop the embedded PostgreSQL (the next serve or demo starts it again)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := pgtest.StopLocal(g.dataDir); err != nil {
+			if err := embedded.StopLocal(g.dataDir); err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			fmt.Fprintf(g.stdout, "stopped the embedded PostgreSQL at %s\n", g.dataDir)
@@ -158,7 +158,7 @@ func newEmbeddedCmd(g *globals) *cobra.Command {
 		Short: "Stop the embedded PostgreSQL and delete its data",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := pgtest.ResetLocal(g.dataDir); err != nil {
+			if err := embedded.ResetLocal(g.dataDir); err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			fmt.Fprintf(g.stdout, "deleted the embedded PostgreSQL at %s\n", g.dataDir)
