@@ -29,8 +29,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-func init() { extraCommands = append(extraCommands, newBenchCmd) }
-
 type benchOptions struct {
 	effects         int
 	payloadBytes    int

@@ -16,8 +16,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
-func init() { extraCommands = append(extraCommands, newDemoCmd) }
-
 // isTerminal reports whether f is a character device (a terminal).
 func isTerminal(f any) bool {
 	file, ok := f.(*os.File)
@@ -132,8 +130,6 @@ Ctrl-C (or exits with --exit-when-done).`,
 	f.IntVar(&records, "records", demo.RecordsDefault, "records in the generated import")
 	return cmd
 }
-
-func init() { extraCommands = append(extraCommands, newEmbeddedCmd) }
 
 // newEmbeddedCmd manages the embedded PostgreSQL that serve and demo start
 // when DATABASE_URL is unset (it keeps running between runs, for reuse).
