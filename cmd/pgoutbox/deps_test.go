@@ -9,9 +9,12 @@ import (
 // testOnly are packages that exist for tests: none may be linked into the
 // binary. internal/pgtest is the test harness (its sibling internal/embedded
 // is the binary's default database); testing registers test flags and
-// brings the test runner.
+// brings the test runner; net/http/httptest registers a global
+// -httptest.serve flag (the demo's emulators serve through
+// internal/fakes/loopback instead).
 var testOnly = []string{
 	"testing",
+	"net/http/httptest",
 	"github.com/pgoutbox/pgoutbox/internal/pgtest",
 	"go.uber.org/goleak",
 }
