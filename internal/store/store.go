@@ -472,14 +472,39 @@ func MarkStarted(ctx context.Context, db DBTX, f Fence) (found bool, err error) 
 	return tag.RowsAffected() == 1, nil
 }
 
-const extendSQL = fencedSQL + `
-UPDATE pgoutbox.effects e
-SET lease_expires_at = now() + make_interval(secs => $4)
-WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
-RETURNING e.id`
+// extendSQL never waits for another transaction: a fenced row that is
+// locked (its own completion transaction running a job or transitions, a
+// group commit, a sweeper) is skipped, not extended, and reported held when
+// the statement's snapshot still shows the lease; the next round extends it
+// or finds it lost. Waiting there would stall every lease of the batch, and
+// every group commit behind them, for as long as the slowest job runs.
+const extendSQL = `
+WITH f AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id
+), locked AS (
+    SELECT x.id FROM f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        FOR UPDATE SKIP LOCKED
+    ) x
+), extended AS (
+    UPDATE pgoutbox.effects e
+    SET lease_expires_at = now() + make_interval(secs => $4)
+    WHERE e.id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING e.id
+)
+SELECT f.id FROM f
+WHERE f.id IN (SELECT id FROM extended)
+   OR EXISTS (
+        SELECT 1 FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+   )`
 
 // Extend pushes the leases of in-flight effects to now()+lease in one
-// statement and returns the ids still held; a missing id lost its lease.
+// statement and returns the ids still held; a missing id lost its lease. It
+// never waits for a row lock: a locked row is left as it is and reported
+// held while its lease still matches (see extendSQL).
 func Extend(ctx context.Context, db DBTX, fences []Fence, lease time.Duration) (map[int64]bool, error) {
 	ids, toks, types := fenceArrays(fences)
 	rows, err := db.Query(ctx, extendSQL, ids, toks, types, lease.Seconds())
