@@ -71,15 +71,20 @@ func maxOpenBatches(c *Client) int64 {
 }
 
 // lockClaim claims up to want effects in a new row-lock batch and starts
-// their deliveries. It returns how many rows it locked.
-func (q *queueWorker) lockClaim(ctx context.Context, want int) (int, error) {
-	tx, err := q.c.pool.Begin(ctx)
+// their deliveries. It returns how many rows it locked. Its statements run
+// under cctx, which Stop does not cancel; a batch locked after Stop began
+// (ctx done) is rolled back at once, which releases its rows untouched.
+func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error) {
+	tx, err := q.c.pool.Begin(cctx)
 	if err != nil {
 		return 0, err
 	}
-	claimed, err := store.LockClaim(ctx, tx, q.name, want, q.c.cfg.LeaseDuration)
+	claimed, err := store.LockClaim(cctx, tx, q.name, want, q.c.cfg.LeaseDuration)
+	if err == nil && len(claimed) > 0 && ctx.Err() != nil {
+		claimed, err = nil, ctx.Err()
+	}
 	if err != nil || len(claimed) == 0 {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		_ = tx.Rollback(cctx)
 		return 0, err
 	}
 	b := &lockBatch{
