@@ -211,6 +211,11 @@ type Claimed struct {
 	CreatedAt         time.Time
 	ClaimLatency      time.Duration // now() at claim minus available_at
 	DeliveryStartedAt *time.Time
+	// Suspect is set by LockClaim only: the effect was attempted before, or
+	// its row still carries the lock of an earlier claimer that never wrote
+	// it (a row-lock holder whose worker died during the hold). It must not
+	// be delivered under a row lock, which would count no attempt.
+	Suspect bool
 }
 
 // claimableSQL picks the head of a queue's available effects, locking them
@@ -255,13 +260,23 @@ func claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease t
 }
 
 func scanClaimed(rows pgx.Rows) ([]Claimed, error) {
+	return scanClaimedRows(rows, false)
+}
+
+// scanClaimedRows scans claimedColumns, followed by the suspect flag when
+// suspect is set (lockClaimSQL).
+func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 	defer rows.Close()
 	var out []Claimed
 	for rows.Next() {
 		var c Claimed
 		var lat float64
-		if err := rows.Scan(&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
-			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt); err != nil {
+		dest := []any{&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
+			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt}
+		if suspect {
+			dest = append(dest, &c.Suspect)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		if lat < 0 {
@@ -273,15 +288,28 @@ func scanClaimed(rows pgx.Rows) ([]Claimed, error) {
 	return out, MapError(rows.Err())
 }
 
+// lockClaimSQL's last column is Claimed.Suspect. A row lock is written into
+// the row: SELECT … FOR UPDATE stores the locker's transaction id in the
+// tuple's xmax, and it stays there when that transaction ends without
+// updating the row. Every claim that locks an available row and commits
+// also updates it (a row-lock batch completes or promotes each row it
+// locked, a durable claim leases it), so an available row whose xmax is set
+// was locked by a claimer that died (or lost its connection) during the
+// hold — or, harmlessly, by a statement that locks before it updates (a
+// failure or release routed back to available, a sweeper). xmax is read
+// as the scan saw the row, before this statement's own lock. Rows that
+// were attempted before (attempts > 0) are suspect too, whatever wrote
+// them last: a retry takes a durable lease.
 const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts + 1, e.max_attempts,
     '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
-    e.delivery_started_at` + claimableSQL
+    e.delivery_started_at, (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
 
 // LockClaim is the claim of a row-lock lease: inside tx it locks up to limit
 // available effects of a queue (oldest first, skipping rows another claimer
 // holds) and writes nothing. The lease is the row lock: it lasts as long as
 // tx, and the server ends tx if it sits idle for idle (a frozen worker).
-// Attempt is the attempt a delivery would be; Token is zero.
+// Attempt is the attempt a delivery would be; Token is zero. Suspect rows
+// (see lockClaimSQL) must be promoted before they are delivered.
 func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle time.Duration) ([]Claimed, error) {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
@@ -296,7 +324,7 @@ func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle tim
 	if err != nil {
 		return nil, MapError(err)
 	}
-	return scanClaimed(rows)
+	return scanClaimedRows(rows, true)
 }
 
 const promoteSQL = `WITH next AS (SELECT id FROM unnest($1::bigint[]) AS id LIMIT $2)` + leaseSQL
