@@ -59,6 +59,8 @@ type workerSpec struct {
 	// Events prints "event <id> <outcome> <state>" for every recorded
 	// outcome.
 	Events bool `json:"events"`
+	// RowLock is the queue's QueueConfig.RowLockLease (0: durable leases).
+	RowLock time.Duration `json:"row_lock"`
 }
 
 // workerMain runs one worker process until its stdin closes (then stops
@@ -141,7 +143,7 @@ func workerMain(raw string) int {
 	}
 	cfg := pgoutbox.Config{
 		ID:            s.Owner,
-		Queues:        map[string]pgoutbox.QueueConfig{s.Queue: {Concurrency: s.Concurrency, DeliveryTimeout: s.Timeout}},
+		Queues:        map[string]pgoutbox.QueueConfig{s.Queue: {Concurrency: s.Concurrency, DeliveryTimeout: s.Timeout, RowLockLease: s.RowLock}},
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Logger:        slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		LeaseDuration: s.Lease,
