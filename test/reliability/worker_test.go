@@ -112,7 +112,11 @@ func workerMain(raw string) int {
 	var gateOnce sync.Once
 	handler := func(ctx context.Context, d *pgoutbox.Delivery) error {
 		// The call: one write(2) of one line to an O_APPEND file.
-		line := fmt.Sprintf("%d %d %s %s %d\n", d.ID, d.Attempt, d.LeaseToken, d.Type, time.Now().UnixNano())
+		token := d.LeaseToken
+		if token == "" {
+			token = "-" // a row-lock lease has no token
+		}
+		line := fmt.Sprintf("%d %d %s %s %d\n", d.ID, d.Attempt, token, d.Type, time.Now().UnixNano())
 		if _, err := calls.Write([]byte(line)); err != nil {
 			return pgoutbox.Retry(err)
 		}
