@@ -509,6 +509,15 @@ func MarkStarted(ctx context.Context, db DBTX, f Fence) (found bool, err error) 
 const extendSQL = `
 WITH f AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id
+), held AS (
+    -- LIMIT 1 keeps the subquery from being flattened into a hash join
+    -- over the whole table: one primary-key probe per fence.
+    SELECT x.id FROM f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        LIMIT 1
+    ) x
 ), locked AS (
     SELECT x.id FROM f
     CROSS JOIN LATERAL (
@@ -522,12 +531,7 @@ WITH f AS (
     WHERE e.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING e.id
 )
-SELECT f.id FROM f
-WHERE f.id IN (SELECT id FROM extended)
-   OR EXISTS (
-        SELECT 1 FROM pgoutbox.effects e
-        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
-   )`
+SELECT id FROM held UNION SELECT id FROM extended`
 
 // Extend pushes the leases of in-flight effects to now()+lease in one
 // statement and returns the ids still held; a missing id lost its lease. It
