@@ -17,11 +17,11 @@ demo: build
 test: test-deps vet
 	$(GO) test -count=1 -timeout 45m $(PKGS)
 
-## test-deps: PostgreSQL binaries, Virtuoso, Chromium and promtool, when missing (apt-get)
+## test-deps: PostgreSQL binaries, Virtuoso, rdflib, Chromium and promtool, when missing (apt-get)
 test-deps:
 	./scripts/test-deps
 
-## test-short: the quick tests (skips the 100,000-effect drains)
+## test-short: the quick tests: skips the 100,000-effect drains, the reliability campaign (test/reliability), the NATS relay drain, the projection's Solr, SPARQL and import runs, and the embedded-cluster CLI tests
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 

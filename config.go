@@ -29,6 +29,11 @@ const (
 	// CompletedRetentionDefault keeps completed effects this long
 	// (OUTBOX_COMPLETED_RETENTION).
 	CompletedRetentionDefault = 24 * time.Hour
+	// KeyRetentionDefault keeps an idempotency key this long after it was
+	// first enqueued, even once its effect was pruned
+	// (OUTBOX_KEY_RETENTION): within it, the same key never creates a
+	// second effect.
+	KeyRetentionDefault = 7 * 24 * time.Hour
 	// PruneIntervalDefault is how often completed effects are pruned.
 	PruneIntervalDefault = time.Minute
 	// PruneBatchDefault is the most rows one prune statement deletes.
@@ -37,8 +42,14 @@ const (
 	CompletionBatchDefault = 1000
 	// ConcurrencyDefault is a queue's number of concurrent deliveries.
 	ConcurrencyDefault = 10
-	// BackoffCapDefault caps the retry backoff (2^attempt seconds).
+	// BackoffCapDefault caps the retry backoff (2^attempt seconds, jitter
+	// included).
 	BackoffCapDefault = 300 * time.Second
+	// RetryAfterCap bounds the delay a handler asks for with RetryAfter (a
+	// Retry-After header, a rate-limit reset): a longer delay is cut to
+	// RetryAfterCap, or to BackoffCap when that is larger, so one bad header
+	// cannot park an effect for years.
+	RetryAfterCap = time.Hour
 	// ActivePollInterval is how often a claim loop polls while its queue is
 	// active (for ActiveTail after a wake-up or a non-empty claim): the
 	// insert trigger folds the notifications of one queue into at most one
@@ -139,6 +150,12 @@ type Config struct {
 	SweepBatch int
 	// CompletedRetention default CompletedRetentionDefault (24 h).
 	CompletedRetention time.Duration
+	// KeyRetention default KeyRetentionDefault (7 days), or
+	// CompletedRetention when that is longer: how long after its first
+	// enqueue an idempotency key is remembered, whether or not its effect
+	// still exists; it must not be shorter than CompletedRetention. Pruned
+	// with the completed effects (PruneInterval).
+	KeyRetention time.Duration
 	// PruneInterval default PruneIntervalDefault (1 min); negative disables
 	// pruning in this client.
 	PruneInterval time.Duration
@@ -174,6 +191,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.PollInterval, PollIntervalDefault)
 	def(&c.SweepInterval, SweepIntervalDefault)
 	def(&c.CompletedRetention, CompletedRetentionDefault)
+	def(&c.KeyRetention, max(KeyRetentionDefault, c.CompletedRetention))
 	def(&c.PruneInterval, PruneIntervalDefault)
 	def(&c.BackoffCap, BackoffCapDefault)
 	defi(&c.SweepBatch, SweepBatchDefault)
@@ -181,6 +199,13 @@ func (c Config) withDefaults() (Config, error) {
 	defi(&c.CompletionBatch, CompletionBatchDefault)
 	if c.LeaseDuration < time.Second {
 		return c, fmt.Errorf("pgoutbox: Config.LeaseDuration must be at least 1s, got %s", c.LeaseDuration)
+	}
+	if c.CompletedRetention < 0 {
+		return c, fmt.Errorf("pgoutbox: Config.CompletedRetention must be positive, got %s", c.CompletedRetention)
+	}
+	if c.KeyRetention < c.CompletedRetention {
+		return c, fmt.Errorf("pgoutbox: Config.KeyRetention (%s) must not be shorter than Config.CompletedRetention (%s)",
+			c.KeyRetention, c.CompletedRetention)
 	}
 	if c.PollInterval < 0 {
 		return c, fmt.Errorf("pgoutbox: Config.PollInterval must be positive, got %s", c.PollInterval)
@@ -228,13 +253,11 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Backoff is the delay before retry number attempt+1: 2^attempt seconds,
-// capped at limit, with ±10 % jitter.
+// Backoff is the delay before retry number attempt+1: 2^attempt seconds
+// with ±10 % jitter, capped at limit. The cap applies after the jitter, so
+// no wait exceeds limit; at the cap the waits spread over [0.9, 1] × limit.
 func Backoff(attempt int, limit time.Duration) time.Duration {
-	base := math.Pow(2, float64(attempt)) * float64(time.Second)
-	if base > float64(limit) {
-		base = float64(limit)
-	}
+	base := math.Min(math.Pow(2, float64(attempt))*float64(time.Second), float64(limit))
 	jitter := 1 + (rand.Float64()*0.2 - 0.1)
-	return time.Duration(base * jitter)
+	return time.Duration(math.Min(base*jitter, float64(limit)))
 }

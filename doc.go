@@ -27,11 +27,13 @@
 // # States
 //
 // available → leased (claim, attempts+1) → completed | available (retry with
-// backoff 2^attempt s, capped, ±10 % jitter; Retry-After wins when later) |
-// dead_letter (permanent, or attempts exhausted) | reconciliation_required
-// (ambiguous outcome of a non-replay-safe effect). The sweeper routes an
-// expired lease to available, dead_letter (exhausted) or
-// reconciliation_required (a started non-replay-safe effect).
+// backoff 2^attempt s ±10 % jitter, then capped; Retry-After wins when
+// later, up to RetryAfterCap) | dead_letter (permanent, or attempts
+// exhausted) | reconciliation_required (ambiguous outcome of a
+// non-replay-safe effect). The sweeper, requeue-stale and a worker's
+// shutdown release route a lease they recover to available, dead_letter
+// (exhausted) or reconciliation_required (a started non-replay-safe
+// effect), deciding from the row they locked.
 //
 // # Outcomes
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -46,8 +47,16 @@ type Effect struct {
 	// MaxAttempts is the delivery attempts before dead-lettering; zero means
 	// MaxAttemptsDefault.
 	MaxAttempts int
-	// AvailableAt delays the first attempt; zero means the database's now().
+	// AvailableAt schedules the first attempt at an absolute instant. It is
+	// stored as given and compared with the database clock, so a skew
+	// between this process's clock and the database's moves it; to delay by
+	// a duration, use Delay. Zero means the database's now().
 	AvailableAt time.Time
+	// Delay schedules the first attempt Delay after the enqueue, measured
+	// on the database clock (now() + Delay), whatever this process's clock
+	// says. It must not be negative, and it cannot be combined with
+	// AvailableAt. Zero means no delay.
+	Delay time.Duration
 }
 
 // Key returns a deterministic idempotency key: the hex SHA-256 of the parts
@@ -73,6 +82,13 @@ func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
 // EnqueueBatch writes effects inside tx in one statement and returns their ids
 // in input order. Every effect is validated before anything is written: one bad
 // effect fails the whole batch.
+//
+// tx should be READ COMMITTED (PostgreSQL's default). Under REPEATABLE READ
+// or SERIALIZABLE, a key that a concurrent transaction committed after tx's
+// snapshot cannot be returned (tx cannot see it): the enqueue fails with an
+// error wrapping the *pgconn.PgError serialization_failure (SQLSTATE 40001)
+// and writes nothing; retry the whole transaction, and the retry returns
+// the existing effect.
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, error) {
 	if tx == nil {
 		return nil, &InvalidEffectError{Field: "tx", Reason: "is nil: effects are enqueued inside the caller's transaction"}
@@ -97,6 +113,12 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 		if errors.As(err, &v) && v.Constraint == "effects_payload_size" {
 			return nil, &PayloadTooLargeError{Size: -1, Limit: MaxPayloadBytes}
 		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			return nil, fmt.Errorf("pgoutbox: enqueue: serialization failure: under REPEATABLE READ or SERIALIZABLE "+
+				"a key committed by a concurrent transaction after this transaction's snapshot cannot be returned; "+
+				"retry the transaction (the retry returns the existing effect): %w", err)
+		}
 		return nil, fmt.Errorf("pgoutbox: enqueue: %w", err)
 	}
 	ids := make([]int64, len(res))
@@ -116,6 +138,10 @@ func prepare(e Effect) (store.NewEffect, error) {
 		return store.NewEffect{}, &InvalidEffectError{Field: "Key", Reason: "must be 1-512 characters"}
 	case e.MaxAttempts < 0 || e.MaxAttempts > 1000:
 		return store.NewEffect{}, &InvalidEffectError{Field: "MaxAttempts", Reason: "must be between 0 (default) and 1000"}
+	case e.Delay < 0:
+		return store.NewEffect{}, &InvalidEffectError{Field: "Delay", Reason: "must not be negative"}
+	case e.Delay > 0 && !e.AvailableAt.IsZero():
+		return store.NewEffect{}, &InvalidEffectError{Field: "Delay", Reason: "cannot be combined with AvailableAt"}
 	}
 	payload, err := encodePayload(e.Payload)
 	if err != nil {
@@ -129,6 +155,7 @@ func prepare(e Effect) (store.NewEffect, error) {
 		t := e.AvailableAt
 		ne.AvailableAt = &t
 	}
+	ne.Delay = e.Delay
 	return ne, nil
 }
 
@@ -166,28 +193,56 @@ func encodePayload(p any) ([]byte, error) {
 
 // credentialWords are the key words that mark a credential, compared after
 // splitting a key into lower-case words (snake_case, kebab-case, camelCase).
+// Besides the secrets themselves (token, secret, password and its short
+// forms pwd/passwd/passcode/passphrase, private key) they name the carriers
+// of one: an authorization or auth header, a bearer, a JWT, a DSN (a
+// connection string embeds its password), cookies, and session ids under
+// the names web frameworks give their session cookies (sessionid, sessid,
+// PHPSESSID, JSESSIONID). Deliberately not words: "auth…" words other than
+// auth itself (author, authority, authenticated, oauth), "session" alone
+// (a conference session, a session name) and "sid" alone (an account SID
+// is an identifier).
 var credentialWords = map[string]bool{
 	"token": true, "tokens": true, "secret": true, "secrets": true, "password": true,
 	"passwd": true, "passphrase": true, "authorization": true, "credential": true,
 	"credentials": true, "apikey": true, "privatekey": true, "cookie": true,
+	"pwd": true, "passcode": true, "auth": true, "bearer": true, "jwt": true, "dsn": true,
+	"cookies": true, "privkey": true, "sessionid": true, "sessid": true, "phpsessid": true,
+	"jsessionid": true,
 }
 
-// credentialPairs are two-word credentials ("private_key", "apiKey").
+// credentialPairs are two-word credentials ("private_key", "apiKey"), and
+// session ids spelled as two words ("session_id", "sessionId",
+// "ASP.NET_SessionId", "session_key") or as Express names its cookie
+// ("connect.sid"). A session id is a bearer credential: whoever holds it is
+// logged in; a payload that must refer to a session carries a reference of
+// its own instead (a hash, an internal id).
 var credentialPairs = map[[2]string]bool{
 	{"private", "key"}: true, {"api", "key"}: true, {"access", "key"}: true, {"secret", "key"}: true,
+	{"session", "id"}: true, {"session", "key"}: true, {"connect", "sid"}: true,
 }
 
-// IsCredentialKey reports whether a payload key looks like a credential:
-// token, secret, password, private_key, authorization, api_key and their
-// variants in any case or separator style.
+// IsCredentialKey reports whether a payload key looks like a credential.
+// The key is split into lower-case words at every character that is not a
+// letter or digit and at camelCase boundaries (APIKey → api, key); it is a
+// credential key when one word is in the word list — token(s), secret(s),
+// password, passwd, pwd, passcode, passphrase, authorization, auth,
+// bearer, jwt, dsn, credential(s), apikey, privatekey, privkey, cookie(s),
+// sessionid, sessid, phpsessid, jsessionid — or two adjacent words are one
+// of the pairs private key, api key, access key, secret key, session id,
+// session key, connect sid. Words are compared whole: "author",
+// "authority", "tokenizer", "keys", "session" and "session_name" are not
+// credential keys.
 func IsCredentialKey(key string) bool {
 	return mayBeCredentialKey(key) && hasCredentialWord(key)
 }
 
 // credentialStems are substrings that every credential word or pair
-// contains (token, secret, passw…/passphrase, authorization, credential,
-// …key, cookie), in lower case.
-var credentialStems = []string{"token", "secret", "pass", "authorization", "credential", "key", "cookie"}
+// contains (token, secret, passw…/passphrase/passcode, authorization/auth,
+// credential, …key, cookie, pwd, bearer, jwt, dsn, sess…, sid), in lower
+// case.
+var credentialStems = []string{"token", "secret", "pass", "auth", "credential", "key", "cookie",
+	"pwd", "bearer", "jwt", "dsn", "sess", "sid"}
 
 // mayBeCredentialKey is IsCredentialKey's allocation-free pre-check: an ASCII
 // key that contains no credential stem in any case cannot hold a credential

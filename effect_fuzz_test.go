@@ -132,6 +132,8 @@ func FuzzIsCredentialKey(f *testing.F) {
 		"privateKey", "PRIVATE-KEY", "client_secret", "passwd", "Authorization", "cookie", "tokenizer",
 		"secretary", "keys", "api", "", "_", "ÄÖ", "aPIKey", "JWTToken", "sessionCookieName",
 		"to\u212Aen", "PRIVATE_\u212AEY", "ſecret", "name", "repository", "Passphrase",
+		"pwd", "auth", "author", "authority", "bearer", "jwt", "dsn", "PHPSESSID", "JSESSIONID", "sessionId",
+		"session_id", "session", "connect.sid", "sid", "cookies", "passcode", "privkey", "oauth", "sessid",
 	} {
 		f.Add(s)
 	}

@@ -117,17 +117,37 @@ func TestEnqueueBadInputTypedErrorsWriteNothing(t *testing.T) {
 			}
 		})
 	}
+	before := b.count(t)
 	for payload, path := range map[string]string{
 		`{"a":{"secret":1}}`:                                 "$.a.secret",
 		`[{"a":1},{"b":[0,{"Cookie":"x"}]}]`:                 "$[1].b[1].Cookie",
 		`{"a":[],"b":{"c":"d","e":[{"f":{}},{"apiKey":1}]}}`: "$.b.e[1].apiKey",
 		`{"a":{"x":1},"a":{"token":2}}`:                      "$.a.token",
+		// Issue 17, point 8: names the guard used to miss.
+		`{"db":{"host":"h","pwd":"x"}}`:                   "$.db.pwd",
+		`{"headers":[{"Auth":"x"}]}`:                      "$.headers[0].Auth",
+		`{"sentryDsn":"x"}`:                               "$.sentryDsn",
+		`{"author":"a","cookies":{"PHPSESSID":"x"}}`:      "$.cookies",
+		`{"author":"a","session":"s","session_id":"x"}`:   "$.session_id",
+		`{"authority":"a","meta":{"jwt":"x"}}`:            "$.meta.jwt",
+		`{"kind":"bearer-holder","value":{"Bearer":"x"}}`: "$.value.Bearer",
 	} {
 		var cke *pgoutbox.CredentialKeyError
 		_, err := enqueueOne(b, pgoutbox.Effect{Queue: "q", Type: "t", Key: "z", Payload: json.RawMessage(payload)})
 		if !errors.As(err, &cke) || cke.Path != path {
 			t.Fatalf("%s: want CredentialKeyError at %s, got %v", payload, path, err)
 		}
+	}
+	if after := b.count(t); after != before {
+		t.Fatalf("rows %d → %d: a refused payload wrote something", before, after)
+	}
+	// Keys that merely resemble the new words are accepted.
+	if _, err := enqueueOne(b, pgoutbox.Effect{Queue: "q", Type: "t", Key: "lookalikes",
+		Payload: json.RawMessage(`{"author":"a","authority":"b","session":"s","session_name":"n","account_sid":"AC1","keyword":"k","oauth":true}`)}); err != nil {
+		t.Fatalf("look-alike keys refused: %v", err)
+	}
+	if after := b.count(t); after != before+1 {
+		t.Fatalf("rows %d → %d after one accepted effect", before, after)
 	}
 }
 
@@ -166,6 +186,17 @@ func TestIsCredentialKey(t *testing.T) {
 		"token": true, "access_token": true, "githubToken": true, "SECRET": true, "webhook-secret": true,
 		"password": true, "private_key": true, "privateKey": true, "authorization": true, "api_key": true,
 		"record_id": false, "title": false, "tokenizer_name": false, "keys": false, "sha": false, "author": false,
+		// Issue 17, point 8: short and carrier names.
+		"pwd": true, "db_pwd": true, "PWD": true, "passcode": true, "auth": true, "basic_auth": true, "authHeader": true,
+		"X-Auth-Token": true, "bearer": true, "bearerValue": true, "jwt": true, "id_jwt": true, "JWTClaims": true,
+		"dsn": true, "sentryDsn": true, "DATABASE_DSN": true, "cookies": true, "set_cookie": true, "privkey": true,
+		"sessionid": true, "session_id": true, "sessionId": true, "SessionID": true, "PHPSESSID": true,
+		"JSESSIONID": true, "sessid": true, "ASP.NET_SessionId": true, "connect.sid": true, "session_key": true,
+		// ... and the common keys that must stay accepted.
+		"authority": false, "authors": false, "author_association": false, "authenticated": false, "oauth": false,
+		"session": false, "sessions": false, "session_name": false, "session_count": false, "sid": false,
+		"account_sid": false, "password_hint_shown": true, "dsn_count": true, "keyword": false, "passage": false,
+		"bypass": false, "compass": false, "jwt_issuer": true, "cookie_consent": true,
 	} {
 		if got := pgoutbox.IsCredentialKey(key); got != want {
 			t.Errorf("IsCredentialKey(%q) = %v, want %v", key, got, want)

@@ -111,14 +111,15 @@ func (l *Lease) Extend(ctx context.Context, db DB, d time.Duration) error {
 }
 
 // failRoute maps a handler error to where the effect goes and after what
-// delay: retry with backoff (Retry-After wins when later), dead letter,
+// delay: retry with backoff (Retry-After wins when later, up to
+// RetryAfterCap or backoffCap, whichever is larger), dead letter,
 // or reconciliation for an ambiguous non-replay-safe effect.
 func failRoute(herr error, replaySafe bool, attempt int, backoffCap time.Duration) (store.FailKind, time.Duration) {
 	outcome, after := classify(herr, replaySafe)
 	kind, delay := store.FailRetry, Backoff(attempt, backoffCap)
 	switch outcome {
 	case OutcomeRetryAfter:
-		delay = max(delay, after)
+		delay = max(delay, min(after, max(RetryAfterCap, backoffCap)))
 	case OutcomePermanent:
 		kind = store.FailDeadLetter
 	case OutcomeAmbiguous:

@@ -397,17 +397,34 @@ func (q *queueWorker) completeTx(ctx context.Context, d *Delivery, fence store.F
 
 // afterTxFailure handles a completion transaction that could not commit. An
 // internal job or a replay-safe effect is retried. A non-replay-safe effect
-// that was delivered keeps its lease: it expires and the sweeper routes it
-// to reconciliation_required (docs/design.md, "Delivery outcomes").
+// that was delivered goes to reconciliation_required at once, fenced, with
+// the transition's error, so that an operator sees it without waiting for
+// the lease to expire; only when even that write fails does it keep its
+// lease for the sweeper to route the same way (docs/design.md, "Delivery
+// outcomes").
 func (q *queueWorker) afterTxFailure(ctx context.Context, d *Delivery, fence store.Fence, replaySafe, job bool, err error) {
 	if replaySafe || job {
 		q.fail(ctx, d, fence, true, Retry(err))
 		return
 	}
-	q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
-	q.c.log.Error("delivered but the completion transition failed; left for the sweeper (reconciliation_required)",
-		"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
-	q.event(d, OutcomeAmbiguous, "leased", err)
+	err = fmt.Errorf("delivered, but the completion transition failed: %w", err)
+	fctx, cancel := finishCtx(ctx)
+	defer cancel()
+	state, found, ferr := store.Fail(fctx, q.c.pool, fence, store.FailReconcile, 0, err.Error())
+	switch {
+	case ferr != nil:
+		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
+		q.c.log.Error("delivered but the completion transition failed, and so did moving it to reconciliation_required; left for the sweeper",
+			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err, "reconcile_err", ferr)
+		q.event(d, OutcomeAmbiguous, "leased", err)
+	case !found:
+		q.leaseLost(d, "reconcile")
+	default:
+		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
+		q.c.log.Error("delivered but the completion transition failed; moved to reconciliation_required",
+			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
+		q.event(d, OutcomeAmbiguous, state, err)
+	}
 }
 
 // fail records a failed delivery with its classified outcome.

@@ -267,38 +267,6 @@ func TestOnCompleteTransitionCommitsWithCompletion(t *testing.T) {
 	}
 }
 
-func TestUnsafeTransitionFailureLeavesLeaseForReconciliation(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	var calls atomic.Int64
-	c := b.startClient(t, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Second}},
-		LeaseDuration: 2 * time.Second,
-		SweepInterval: -1,
-		Types: []pgoutbox.EffectType{{Name: "dispatch", Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
-			calls.Add(1)
-			d.OnComplete(func(context.Context, pgx.Tx) error { return errors.New("attempt superseded") })
-			return nil
-		}}},
-	})
-	events := watch(t, c)
-	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "k"})[0]
-	b.waitEvent(t, events, id, "leased")
-	if r := b.row(t, id); r.State != "leased" || r.Started == nil {
-		t.Fatalf("want leased with delivery started, got %+v", r)
-	}
-	expire(t, b, id)
-	if _, err := c.Sweep(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if r := b.row(t, id); r.State != "reconciliation_required" {
-		t.Fatalf("state %s, want reconciliation_required", r.State)
-	}
-	if calls.Load() != 1 {
-		t.Fatalf("dispatch sent %d times", calls.Load())
-	}
-}
-
 func TestTxHandlerRunsInsideCompletion(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

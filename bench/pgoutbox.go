@@ -64,8 +64,10 @@ func (s *pgSystem) ClaimLatencySQL() string {
 
 func (s *pgSystem) Retention(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	// The engine's own pruning (Client.Prune) with a retention of 1 ns, in
-	// its default batches.
-	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{CompletedRetention: time.Nanosecond})
+	// its default batches, for the completed effects and for their
+	// idempotency keys (which otherwise outlive them for KeyRetention, and
+	// the next drain cycle reuses the same keys).
+	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{CompletedRetention: time.Nanosecond, KeyRetention: time.Nanosecond})
 	if err != nil {
 		return 0, err
 	}

@@ -21,6 +21,7 @@ type GitHub interface {
 	CompleteCheckRun(ctx context.Context, installationID int64, repo string, checkRunID int64, conclusion string) error
 	DispatchWorkflow(ctx context.Context, installationID int64, repo, workflow, ref string, inputs map[string]string) (github.DispatchResult, error)
 	ListWorkflowRuns(ctx context.Context, installationID int64, repo, workflow string, since time.Time) ([]github.WorkflowRun, error)
+	GetWorkflowRun(ctx context.Context, installationID int64, repo string, runID int64) (github.WorkflowRun, error)
 }
 
 func decode[T any](d *pgoutbox.Delivery) (T, error) {
@@ -110,16 +111,5 @@ func (a *App) completeCheckRun(ctx context.Context, d *pgoutbox.Delivery) error 
 	if checkRunID == nil {
 		return pgoutbox.Retry(errors.New("check run of release run " + strconv.FormatInt(p.ReleaseRunID, 10) + " not created yet"))
 	}
-	return a.gh.CompleteCheckRun(ctx, p.InstallationID, p.Repository, *checkRunID, checkConclusion(p.Conclusion))
-}
-
-// checkConclusion maps a workflow run conclusion to a Check Run conclusion.
-func checkConclusion(c string) string {
-	switch c {
-	case "success", "failure", "neutral", "cancelled", "skipped", "timed_out", "action_required", "stale":
-		return c
-	case "startup_failure":
-		return "failure"
-	}
-	return "neutral"
+	return a.gh.CompleteCheckRun(ctx, p.InstallationID, p.Repository, *checkRunID, github.CheckRunConclusion(p.Conclusion))
 }

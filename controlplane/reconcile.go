@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 // ReconcileSkew widens the inspect window before delivery_started_at, for
@@ -119,8 +123,20 @@ func (a *App) Inspect(ctx context.Context, id int64) (Inspection, error) {
 	return in, nil
 }
 
+// ErrRunMismatch is returned by Resolve when the workflow run is not the
+// dispatch's: it does not exist in the dispatch's repository, or it is a
+// run of another workflow, or its name does not carry the release run and
+// attempt. Nothing was changed.
+var ErrRunMismatch = errors.New("controlplane: the workflow run is not this dispatch's")
+
+// ErrNoGitHub is returned by Resolve when the App has no GitHub client to
+// verify the run with.
+var ErrNoGitHub = errors.New("controlplane: verifying the workflow run needs GitHub (GITHUB_APP_ID and GITHUB_APP_PRIVATE_KEY or _FILE)")
+
 // Resolve records that the dispatch did happen as workflowRunID: the record
 // is completed and the attempt advances to dispatched with that run id.
+// The run is checked against GitHub first (VerifyRun); a run that is not
+// the dispatch's is refused with ErrRunMismatch and nothing changes.
 func (a *App) Resolve(ctx context.Context, id, workflowRunID int64) error {
 	if workflowRunID <= 0 {
 		return errors.New("controlplane: --workflow-run-id must be positive")
@@ -129,15 +145,78 @@ func (a *App) Resolve(ctx context.Context, id, workflowRunID int64) error {
 	if err != nil {
 		return err
 	}
+	run, err := a.VerifyRun(ctx, p, workflowRunID)
+	if err != nil {
+		return err
+	}
+	return a.resolve(ctx, id, p, workflowRunID, map[string]any{
+		"action": "resolve", "workflow_run_id": workflowRunID, "verified": true,
+		"run_name": run.DisplayTitle, "run_path": run.Path, "resolved_at": time.Now().UTC(),
+	})
+}
+
+// ResolveUnverified is Resolve without asking GitHub (`reconcile resolve
+// --force`): for when GitHub cannot be reached or the workflow names its
+// runs otherwise. The resolution records "verified": false.
+func (a *App) ResolveUnverified(ctx context.Context, id, workflowRunID int64) error {
+	if workflowRunID <= 0 {
+		return errors.New("controlplane: --workflow-run-id must be positive")
+	}
+	p, err := a.pending(ctx, id)
+	if err != nil {
+		return err
+	}
+	return a.resolve(ctx, id, p, workflowRunID, map[string]any{
+		"action": "resolve", "workflow_run_id": workflowRunID, "verified": false, "resolved_at": time.Now().UTC(),
+	})
+}
+
+func (a *App) resolve(ctx context.Context, id int64, p Pending, workflowRunID int64, resolution map[string]any) error {
 	return pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		if err := pgoutbox.Resolve(ctx, tx, id, TypeWorkflowDispatch, map[string]any{
-			"action": "resolve", "workflow_run_id": workflowRunID, "resolved_at": time.Now().UTC(),
-		}); err != nil {
+		if err := pgoutbox.Resolve(ctx, tx, id, TypeWorkflowDispatch, resolution); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, sqlResolveAttempt, p.Dispatch.ExecutionAttemptID, workflowRunID)
 		return err
 	})
+}
+
+// VerifyRun asks GitHub for workflow run runID in the dispatch's repository
+// and checks that it is the dispatch's: it exists there (ErrRunMismatch on
+// a 404), it is a run of the dispatched workflow (its path names the
+// workflow file, or its workflow_id is the workflow when that is numeric)
+// and its name is RunName(release run, attempt). Any other failure to ask
+// (a transport error, a 5xx, no GitHub client) is returned as is.
+func (a *App) VerifyRun(ctx context.Context, p Pending, runID int64) (github.WorkflowRun, error) {
+	if a.gh == nil {
+		return github.WorkflowRun{}, ErrNoGitHub
+	}
+	d := p.Dispatch
+	run, err := a.gh.GetWorkflowRun(ctx, d.InstallationID, d.Repository, runID)
+	if errors.Is(err, github.ErrNotFound) {
+		return run, fmt.Errorf("%w: GitHub has no workflow run %d in %s", ErrRunMismatch, runID, d.Repository)
+	}
+	if err != nil {
+		return run, fmt.Errorf("controlplane: could not verify workflow run %d: %w", runID, err)
+	}
+	if !sameWorkflow(run, d.Workflow) {
+		return run, fmt.Errorf("%w: run %d is a run of %s, not of %s", ErrRunMismatch, runID, run.Path, d.Workflow)
+	}
+	if want := RunName(d.ReleaseRunID, d.ExecutionAttemptID); run.DisplayTitle != want {
+		return run, fmt.Errorf("%w: run %d is named %q, not %q (release run %d attempt %d)", ErrRunMismatch, runID,
+			run.DisplayTitle, want, d.ReleaseRunID, d.ExecutionAttemptID)
+	}
+	return run, nil
+}
+
+// sameWorkflow reports whether run belongs to workflow, as a dispatch names
+// it: a numeric workflow id, or a file name (release.yml) or path.
+func sameWorkflow(run github.WorkflowRun, workflow string) bool {
+	if id, err := strconv.ParseInt(workflow, 10, 64); err == nil {
+		return run.WorkflowID == id
+	}
+	p, _, _ := strings.Cut(run.Path, "@") // "….yml@refs/heads/main" for some runs
+	return p == workflow || path.Base(p) == path.Base(workflow) && strings.HasPrefix(p, ".github/workflows/")
 }
 
 // Supersede records that the dispatch did not happen: the record is closed

@@ -200,6 +200,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			Username:     getenv("GRAPHDB_USERNAME"),
 			Password:     getenv("GRAPHDB_PASSWORD"),
 			GraphPrefix:  getenv("GRAPHDB_GRAPH_PREFIX"),
+			// GraphStoreURL, when set, replaces each graph by a Graph Store
+			// Protocol PUT of N-Triples instead of a SPARQL Update.
+			GraphStoreURL: getenv("GRAPHDB_GRAPH_STORE_URL"),
 		}
 		if err := gc.Validate(); err != nil {
 			c.Disabled[TargetGraphDB] = err.Error()

@@ -211,8 +211,9 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 
 // Drain runs batches of batch effects until a batch claims nothing, or
 // maxBatches batches ran (0: no cap), or ctx ends. progress, when not nil, is
-// called after every batch with the running totals.
-func (a *App) Drain(ctx context.Context, batch, maxBatches int, progress func(Summary)) (Summary, error) {
+// called after every batch with that batch's own counts (this batch) and
+// the running totals (total, whose Batches numbers this batch).
+func (a *App) Drain(ctx context.Context, batch, maxBatches int, progress func(this, total Summary)) (Summary, error) {
 	var total Summary
 	for maxBatches <= 0 || total.Batches < maxBatches {
 		s, err := a.RunBatch(ctx, batch)
@@ -221,7 +222,7 @@ func (a *App) Drain(ctx context.Context, batch, maxBatches int, progress func(Su
 			return total, err
 		}
 		if progress != nil {
-			progress(total)
+			progress(s, total)
 		}
 		if s.Claimed == 0 {
 			break

@@ -80,7 +80,7 @@ for _ in $(seq "$REPS"); do
 	reset ""
 	measure "row lock as lease + DELETE, one transaction" rowlock_delete.sql 800 100
 	reset "" 0
-	measure "insert 5,000 per statement (today: unique key, ON CONFLICT)" insert_batch.sql 20 5000
+	measure "insert 5,000 per statement (key rows by the statement trigger)" insert_batch.sql 20 5000
 	reset "ALTER TABLE pgoutbox.effects DROP CONSTRAINT effects_queue_key;" 0
 	measure "insert 5,000 per statement, no unique index" insert_batch_nounique.sql 20 5000
 	reset "" 0

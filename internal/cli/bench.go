@@ -535,20 +535,27 @@ func (b *bencher) runLatency(ctx context.Context) (benchLatency, error) {
 	}, nil
 }
 
-// cleanup deletes the bench queue's rows in small batches. Only this
-// command's own queue (pgoutbox-bench-<random>) is touched.
+// cleanup deletes the bench queue's rows in small batches: its effects,
+// then its idempotency keys (which outlive their effects, migration 00007).
+// Only this command's own queue (pgoutbox-bench-<random>) is touched.
 func (b *bencher) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for {
-		tag, err := b.workers.Exec(ctx, `DELETE FROM pgoutbox.effects WHERE id IN (
-			SELECT id FROM pgoutbox.effects WHERE queue = $1 LIMIT 5000)`, b.queue)
-		if err != nil {
-			fmt.Fprintf(b.g.stderr, "pgoutbox bench: cleanup of queue %s failed: %v\n", b.queue, err)
-			return
-		}
-		if tag.RowsAffected() == 0 {
-			return
+	for _, stmt := range []string{
+		`DELETE FROM pgoutbox.effects WHERE id IN (
+			SELECT id FROM pgoutbox.effects WHERE queue = $1 LIMIT 5000)`,
+		`DELETE FROM pgoutbox.effect_keys WHERE ctid = ANY(ARRAY(
+			SELECT ctid FROM pgoutbox.effect_keys WHERE queue = $1 LIMIT 5000))`,
+	} {
+		for {
+			tag, err := b.workers.Exec(ctx, stmt, b.queue)
+			if err != nil {
+				fmt.Fprintf(b.g.stderr, "pgoutbox bench: cleanup of queue %s failed: %v\n", b.queue, err)
+				return
+			}
+			if tag.RowsAffected() == 0 {
+				break
+			}
 		}
 	}
 }

@@ -97,10 +97,15 @@ func (g *globals) operatorApp(ctx context.Context, needGitHub bool) (*controlpla
 			return nil, nil, &ExitError{Code: ExitCouldNotRun, Err: err}
 		}
 		if missing != "" {
-			return nil, nil, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("%s is not set (needed to list workflow runs)", missing)}
+			return nil, nil, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("%s is not set (needed to ask GitHub for workflow runs)", missing)}
 		}
 		gh = client
 	}
+	return g.operatorAppWith(ctx, gh)
+}
+
+// operatorAppWith is operatorApp with a given GitHub client (nil: none).
+func (g *globals) operatorAppWith(ctx context.Context, gh controlplane.GitHub) (*controlplane.App, func(), error) {
 	pool, _, err := g.open(ctx, false)
 	if err != nil {
 		return nil, nil, err

@@ -60,7 +60,7 @@ Ctrl-C (or exits with --exit-when-done).`,
 						return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--reset: %w", err)}
 					}
 					fmt.Fprintf(out, "reset: removed the embedded PostgreSQL at %s\n", g.dataDir)
-				} else if _, err := os.Stat(filepath.Join(g.dataDir, "pgdata")); err == nil {
+				} else if pgtest.LocalInitialized(g.dataDir) {
 					fmt.Fprintf(out, "reusing the embedded PostgreSQL at %s (earlier runs' data is kept; --reset starts clean)\n", g.dataDir)
 				} else {
 					fmt.Fprintf(out, "creating an embedded PostgreSQL at %s (first run: about a minute)\n", g.dataDir)

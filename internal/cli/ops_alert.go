@@ -47,9 +47,11 @@ fires when its value reaches its threshold (value >= threshold); a threshold of
 0 disables it. Rules: dead letters (OUTBOX_DLQ_ALERT_THRESHOLD, 1), retrying
 effects (OUTBOX_RETRY_ALERT_THRESHOLD, 50), pending = available effects
 (OUTBOX_PENDING_ALERT_THRESHOLD, 200), age of the oldest due available effect
-(OUTBOX_PENDING_MAX_AGE_MINUTES, 15), any reconciliation_required record, and
-the age of the oldest transaction holding back VACUUM (OUTBOX_XMIN_MAX_AGE_MINUTES,
-5; seeing other roles' sessions needs pg_monitor).
+(OUTBOX_PENDING_MAX_AGE_MINUTES, 15), any reconciliation_required record, the
+age of the oldest transaction holding back VACUUM (OUTBOX_XMIN_MAX_AGE_MINUTES,
+5; seeing other roles' sessions needs pg_monitor), and any lease held longer
+than --stalled-after (OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES, 10: a worker
+that hangs; recover with requeue-stale).
 
 When a rule fires and OUTBOX_ALERT_WEBHOOK_URL is set, a JSON alert is POSTed
 to it (bounded by --webhook-timeout); a failed POST is reported on stderr and
@@ -57,6 +59,9 @@ does not change the exit code. The exit code is 0 unless --fail-on-alert
 (OUTBOX_ALERT_FAIL_ON_ALERT=1) is set and a rule fires: then 3.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stalledAfter <= 0 {
+				return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--stalled-after must be positive, got %s", stalledAfter)}
+			}
 			return withPool(cmd, g, func(ctx context.Context, pool *pgxpool.Pool) error {
 				snap, err := ops.Status(ctx, pool, ops.StatusOptions{Filter: ff.f, StalledAfter: stalledAfter})
 				if err != nil {

@@ -27,8 +27,14 @@ func newDLQListCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List dead letters by id: queue, type, attempts, last error, when (never the payload)",
-		Args:  cobra.NoArgs,
+		Short: "List dead letters by id: queue, type, subject, attempts, last error, when (never the payload)",
+		Long: `list shows each dead letter's id, queue, effect type, subject, attempts, when it
+was dead-lettered and its last error. The subject names what the effect is about,
+from a fixed set of payload keys and never any other: record_id (the projection's
+record), repository, release_run_id, execution_attempt_id, attempt_number and
+workflow_run_id (the control plane's); "-" when the payload has none. The
+payload itself is never shown.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return report(cmd, g, asJSON, func(ctx context.Context, pool *pgxpool.Pool) (*ops.DeadLetterPage, error) {
 				return ops.ListDeadLetters(ctx, pool, ff.f, afterID, limit)
@@ -44,14 +50,14 @@ func newDLQListCmd(g *globals) *cobra.Command {
 
 func printDeadLetters(g *globals, page *ops.DeadLetterPage) error {
 	tw := newTable(g.stdout)
-	row(tw, "ID", "QUEUE", "EFFECT TYPE", "ATTEMPTS", "DEAD-LETTERED AT", "LAST ERROR")
+	row(tw, "ID", "QUEUE", "EFFECT TYPE", "SUBJECT", "ATTEMPTS", "DEAD-LETTERED AT", "LAST ERROR")
 	for _, d := range page.Items {
 		at := "-"
 		if d.DeadLetteredAt != nil {
 			at = d.DeadLetteredAt.UTC().Format(time.RFC3339)
 		}
-		row(tw, d.ID, cell(d.Queue, 40), cell(d.EffectType, 40), fmt.Sprintf("%d/%d", d.Attempts, d.MaxAttempts),
-			at, cell(d.LastError, 100))
+		row(tw, d.ID, cell(d.Queue, 40), cell(d.EffectType, 40), cell(d.Subject.String(), 80),
+			fmt.Sprintf("%d/%d", d.Attempts, d.MaxAttempts), at, cell(d.LastError, 100))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

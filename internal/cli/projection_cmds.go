@@ -127,16 +127,18 @@ func runProjector(ctx context.Context, g *globals, app *projection.App, drain bo
 	} else if !asJSON {
 		fmt.Fprintf(g.stdout, "projecting to %s: %d effects ready\n", strings.Join(app.Targets(), ", "), ready)
 	}
-	progress := func(s projection.Summary) {
+	// Each progress line gives that batch's own counts, then the running
+	// totals; the bar follows the totals.
+	progress := func(this, total projection.Summary) {
 		switch {
 		case bar != nil:
-			if int64(s.Claimed) > bar.GetMax64() {
-				bar.ChangeMax64(int64(s.Claimed))
+			if int64(total.Claimed) > bar.GetMax64() {
+				bar.ChangeMax64(int64(total.Claimed))
 			}
-			_ = bar.Set64(int64(s.Claimed))
+			_ = bar.Set64(int64(total.Claimed))
 		case !asJSON:
-			fmt.Fprintf(g.stdout, "batch %d: claimed %d, projected %d, retried %d, dead-lettered %d\n",
-				s.Batches, s.Claimed, s.Projected, s.Retried, s.DeadLettered)
+			fmt.Fprintf(g.stdout, "batch %d: claimed %d, projected %d, retried %d, dead-lettered %d (so far: claimed %d, projected %d)\n",
+				total.Batches, this.Claimed, this.Projected, this.Retried, this.DeadLettered, total.Claimed, total.Projected)
 		}
 	}
 	sum, err := app.Drain(ctx, batch, maxBatches, progress)

@@ -103,8 +103,16 @@ func TestProjectorCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &sum) != nil || sum.Claimed != 10 || sum.Projected != 10 || sum.Remaining != 240 {
 		t.Fatalf("once --json: %d %q", code, out)
 	}
+	// Bad input: a non-positive batch is refused and claims nothing.
+	if code, out = runCommand(t, dsn, newProjectorCmd, "drain", "--batch", "0"); code != 1 || effectsIn(t, pool, "available") != 240 {
+		t.Fatalf("drain --batch 0: %d %q", code, out)
+	}
+	// Each progress line counts its own batch (issue 17, point 8: they
+	// were the running totals), then the totals so far.
 	code, out = runCommand(t, dsn, newProjectorCmd, "drain", "--batch", "100")
-	if code != 0 || !strings.Contains(out, "batch 1: claimed 100") ||
+	if code != 0 || !strings.Contains(out, "batch 1: claimed 100, projected 100, retried 0, dead-lettered 0 (so far: claimed 100, projected 100)\n") ||
+		!strings.Contains(out, "batch 2: claimed 100, projected 100, retried 0, dead-lettered 0 (so far: claimed 200, projected 200)\n") ||
+		!strings.Contains(out, "batch 3: claimed 40, projected 40, retried 0, dead-lettered 0 (so far: claimed 240, projected 240)\n") ||
 		!strings.Contains(out, "projected 240, retried 0, dead-lettered 0, remaining 0") {
 		t.Fatalf("drain: %d %q", code, out)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox/controlplane"
+	"github.com/pgoutbox/pgoutbox/internal/ops"
 )
 
 func init() { extraCommands = append(extraCommands, newReconcileCmd) }
@@ -25,41 +26,52 @@ waits in reconciliation_required for an operator:
 
   pgoutbox reconcile list                       what is waiting
   pgoutbox reconcile inspect ID                 the workflow runs that may be it (changes nothing)
-  pgoutbox reconcile resolve ID --workflow-run-id N   the run exists: complete the record
+  pgoutbox reconcile resolve ID --workflow-run-id N   the run exists (checked on GitHub): complete the record
   pgoutbox reconcile supersede ID --reason TEXT       no run exists: dispatch a new attempt`,
 	}
 	var asJSON bool
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List dispatches in reconciliation_required",
-		Args:  cobra.NoArgs,
+		Short: "List dispatches in reconciliation_required: repository, release run, attempt",
+		Long: `list shows each reconciliation record of the control plane's queue, oldest first:
+its id, effect type, subject (repository, release run, execution attempt id and
+its number, read from those payload keys only; --json: "subject", and the
+decoded "dispatch"), when its delivery started and its last error.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app, closeApp, err := g.operatorApp(cmd.Context(), false)
 			if err != nil {
 				return err
 			}
 			defer closeApp()
+			if limit <= 0 {
+				return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--limit must be positive, got %d", limit)}
+			}
 			ps, err := app.ListPending(cmd.Context(), limit)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
-			if asJSON {
-				return writeJSON(g.stdout, ps)
+			items := make([]pendingItem, len(ps))
+			for i, p := range ps {
+				items[i] = pendingItem{Pending: p, Subject: ops.ParseSubject(p.Payload)}
 			}
-			if len(ps) == 0 {
+			if asJSON {
+				return writeJSON(g.stdout, items)
+			}
+			if len(items) == 0 {
 				fmt.Fprintln(g.stdout, "nothing to reconcile")
 				return nil
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tTYPE\tREPOSITORY\tRELEASE RUN\tATTEMPT\tSTARTED\tLAST ERROR")
-			for _, p := range ps {
+			for _, p := range items {
 				started := "-"
 				if p.DeliveryStartedAt != nil {
 					started = age(time.Since(*p.DeliveryStartedAt).Seconds()) + " ago"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", p.ID, p.Type, p.Dispatch.Repository,
-					p.Dispatch.ReleaseRunID, p.Dispatch.ExecutionAttemptID, started, truncate(p.LastError, 60))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Type, cell(p.Subject.Repository, 60),
+					orDash(p.Subject.ReleaseRunID), attemptCell(p.Subject), started, cell(p.LastError, 60))
 			}
 			return tw.Flush()
 		},
@@ -102,19 +114,58 @@ waits in reconciliation_required for an operator:
 	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	var runID int64
+	var force bool
 	resolve := &cobra.Command{
 		Use:   "resolve ID --workflow-run-id N",
-		Short: "The run exists: complete the record and advance the attempt",
-		Args:  cobra.ExactArgs(1),
-		RunE: g.onRecord(false, func(ctx context.Context, app *controlplane.App, id int64) error {
-			if err := app.Resolve(ctx, id, runID); err != nil {
+		Short: "The run exists: complete the record and advance the attempt (checked against GitHub)",
+		Long: `resolve records that the dispatch did create workflow run N: the record is
+completed and the execution attempt advances to dispatched with that run.
+
+First it asks GitHub for run N in the dispatch's repository and refuses (exit 3,
+nothing changed) a run that does not exist there, that is a run of another
+workflow, or whose name is not the attempt's ("release R attempt A"). This
+needs the GitHub App settings (GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY or
+GITHUB_APP_PRIVATE_KEY_FILE, GITHUB_API_URL). --force skips the check, for
+when GitHub cannot be asked or the workflow names its runs otherwise; the
+resolution then records "verified": false.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			// The record is checked before GitHub is needed: a missing App
+			// setting is reported (ErrNoGitHub) only for a real record.
+			var gh controlplane.GitHub
+			if !force {
+				client, missing, err := githubClient()
+				if err != nil {
+					return &ExitError{Code: ExitCouldNotRun, Err: err}
+				}
+				if missing == "" {
+					gh = client
+				}
+			}
+			app, closeApp, err := g.operatorAppWith(cmd.Context(), gh)
+			if err != nil {
+				return err
+			}
+			defer closeApp()
+			how := "checked against GitHub"
+			if force {
+				err, how = app.ResolveUnverified(cmd.Context(), id, runID), "not checked: --force"
+			} else {
+				err = app.Resolve(cmd.Context(), id, runID)
+			}
+			if err != nil {
 				return reconcileErr(err)
 			}
-			fmt.Fprintf(g.stdout, "resolved %d: workflow run %d recorded, record completed\n", id, runID)
+			fmt.Fprintf(g.stdout, "resolved %d: workflow run %d recorded (%s), record completed\n", id, runID, how)
 			return nil
-		}),
+		},
 	}
 	resolve.Flags().Int64Var(&runID, "workflow-run-id", 0, "the workflow run that the dispatch created (required)")
+	resolve.Flags().BoolVar(&force, "force", false, "do not check the run against GitHub")
 	_ = resolve.MarkFlagRequired("workflow-run-id")
 
 	var reason string
@@ -158,7 +209,7 @@ func (g *globals) onRecord(needGitHub bool, fn func(ctx context.Context, app *co
 }
 
 func reconcileErr(err error) error {
-	if errors.Is(err, controlplane.ErrNotFound) {
+	if errors.Is(err, controlplane.ErrNotFound) || errors.Is(err, controlplane.ErrRunMismatch) {
 		return &ExitError{Code: ExitCheckFailed, Err: err}
 	}
 	return &ExitError{Code: ExitCouldNotRun, Err: err}
@@ -172,9 +223,26 @@ func parseID(s string) (int64, error) {
 	return id, nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// pendingItem is one line of `reconcile list`: the record and its subject.
+type pendingItem struct {
+	controlplane.Pending
+	Subject ops.Subject `json:"subject"`
+}
+
+func orDash(n int64) string {
+	if n == 0 {
+		return "-"
 	}
-	return s[:n-1] + "…"
+	return strconv.FormatInt(n, 10)
+}
+
+// attemptCell is "ID (#N)", "ID", or "-".
+func attemptCell(s ops.Subject) string {
+	switch {
+	case s.ExecutionAttemptID != 0 && s.AttemptNumber != 0:
+		return fmt.Sprintf("%d (#%d)", s.ExecutionAttemptID, s.AttemptNumber)
+	case s.ExecutionAttemptID != 0:
+		return strconv.FormatInt(s.ExecutionAttemptID, 10)
+	}
+	return "-"
 }

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -20,6 +22,7 @@ type engineFlags struct {
 	lease       time.Duration
 	poll        time.Duration
 	retention   time.Duration
+	keyRetain   time.Duration
 	stopTimeout time.Duration
 	sweepEvery  time.Duration
 }
@@ -32,6 +35,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 		"polling fallback when no NOTIFY arrives (env OUTBOX_POLL_INTERVAL)")
 	f.DurationVar(&e.retention, "completed-retention", envDuration("OUTBOX_COMPLETED_RETENTION", pgoutbox.CompletedRetentionDefault),
 		"how long completed effects are kept (env OUTBOX_COMPLETED_RETENTION)")
+	f.DurationVar(&e.keyRetain, "key-retention", envDuration("OUTBOX_KEY_RETENTION", 0),
+		"how long an idempotency key is remembered after its first enqueue, even once its effect is pruned; 0 means 7 days, or --completed-retention when longer (env OUTBOX_KEY_RETENTION)")
 	f.DurationVar(&e.sweepEvery, "sweep-interval", envDuration("OUTBOX_SWEEP_INTERVAL", pgoutbox.SweepIntervalDefault),
 		"how often expired leases are recovered (env OUTBOX_SWEEP_INTERVAL)")
 	f.DurationVar(&e.stopTimeout, "shutdown-timeout", envDuration("OUTBOX_SHUTDOWN_TIMEOUT", 30*time.Second),
@@ -45,17 +50,28 @@ func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Con
 		LeaseDuration:      e.lease,
 		PollInterval:       e.poll,
 		CompletedRetention: e.retention,
+		KeyRetention:       e.keyRetain,
 		SweepInterval:      e.sweepEvery,
 	}
 }
 
 func newServeCmd(g *globals) *cobra.Command {
-	var addr string
+	var addr, operatorAddr string
 	var eng engineFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the HTTP server and the workers (graceful shutdown on SIGINT/SIGTERM)",
-		Args:  cobra.NoArgs,
+		Long: `serve runs the applications' HTTP routes and workers, the probes (/-/healthy,
+/-/ready) and the operator routes (/metrics and the projection's /workers).
+
+The operator routes show queue names, record ids and error text. By default
+they are served on --addr without authentication. When --addr is reachable
+from outside (a public webhook), set --operator-addr (PGOUTBOX_OPERATOR_ADDR)
+to a private address: they are then served only there, with the probes, and
+--addr answers 404 for them. PGOUTBOX_OPERATOR_TOKEN, when set, makes them
+require "Authorization: Bearer <token>" wherever they are served (401
+otherwise); the token is never printed or logged.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -70,7 +86,7 @@ func newServeCmd(g *globals) *cobra.Command {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			defer startOps(ctx, g, pool, reg, client.ID())() // gauges on reg; aggregate samples (internal/ops)
-			srv := server.New(log, reg)
+			srv := server.NewWithOptions(log, reg, operatorOptions(operatorAddr))
 			for _, app := range apps {
 				if app.routes != nil {
 					app.routes(srv)
@@ -80,16 +96,30 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("listen on %s: %w", addr, err)}
 			}
+			var opLn net.Listener
+			if operatorAddr != "" {
+				if opLn, err = net.Listen("tcp", operatorAddr); err != nil {
+					_ = ln.Close()
+					return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--operator-addr %s: %w", operatorAddr, err)}
+				}
+			}
 			if err := client.Start(ctx); err != nil {
 				_ = ln.Close()
+				if opLn != nil {
+					_ = opLn.Close()
+				}
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			stopComponents := runComponents(ctx, apps, log)
-			errc := make(chan error, 1)
+			errc := make(chan error, 2)
 			go func() { errc <- srv.Serve(ln) }()
+			if opLn != nil {
+				go func() { errc <- srv.ServeOperator(opLn) }()
+			}
 			srv.SetReady(true)
 			log.Info("serving", "addr", "http://"+ln.Addr().String())
 			fmt.Fprintf(g.stdout, "pgoutbox serving on http://%s (Ctrl-C to stop)\n", ln.Addr())
+			reportOperatorRoutes(g, log, opLn)
 
 			var serveErr error
 			select {
@@ -112,6 +142,34 @@ func newServeCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&addr, "addr", envOr("PGOUTBOX_ADDR", "127.0.0.1:8080"),
 		"HTTP listen address (env PGOUTBOX_ADDR)")
+	cmd.Flags().StringVar(&operatorAddr, "operator-addr", os.Getenv("PGOUTBOX_OPERATOR_ADDR"),
+		"serve /metrics and /workers only on this address, not on --addr (env PGOUTBOX_OPERATOR_ADDR; bearer PGOUTBOX_OPERATOR_TOKEN when set)")
 	eng.register(cmd)
 	return cmd
+}
+
+// operatorOptions places the operator routes (/metrics, /workers): only on
+// operatorAddr's listener when it is set, behind PGOUTBOX_OPERATOR_TOKEN
+// when that is set (its value is never printed or logged).
+func operatorOptions(operatorAddr string) server.Options {
+	return server.Options{OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"), SeparateOperator: operatorAddr != ""}
+}
+
+// reportOperatorRoutes says where /metrics and /workers are served and how
+// they are guarded (never the token), and warns when they are open on the
+// main listener.
+func reportOperatorRoutes(g *globals, log *slog.Logger, opLn net.Listener) {
+	guard := "without a token"
+	if os.Getenv("PGOUTBOX_OPERATOR_TOKEN") != "" {
+		guard = "behind PGOUTBOX_OPERATOR_TOKEN"
+	}
+	if opLn != nil {
+		log.Info("operator routes", "addr", "http://"+opLn.Addr().String(), "token", guard != "without a token")
+		fmt.Fprintf(g.stdout, "pgoutbox operator routes (/metrics, /workers) on http://%s only, %s\n", opLn.Addr(), guard)
+		return
+	}
+	if guard == "without a token" {
+		log.Warn("operator routes /metrics and /workers are open on the main listener; if it is reachable from outside " +
+			"(a public webhook), set PGOUTBOX_OPERATOR_ADDR to a private address or PGOUTBOX_OPERATOR_TOKEN")
+	}
 }

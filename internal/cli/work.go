@@ -62,7 +62,7 @@ func (n *natsFlags) register(cmd *cobra.Command) {
 	f.IntVar(&n.relayBatch, "relay-batch", envInt("OUTBOX_RELAY_BATCH", pgnats.RelayBatchDefault),
 		"effects per relay claim (env OUTBOX_RELAY_BATCH)")
 	f.StringVar(&n.metricsAddr, "metrics-addr", envOr("PGOUTBOX_METRICS_ADDR", "127.0.0.1:9101"),
-		"serve /metrics, /-/healthy and /-/ready here; empty: none (env PGOUTBOX_METRICS_ADDR)")
+		"serve /metrics, /-/healthy and /-/ready here; empty: none (env PGOUTBOX_METRICS_ADDR; /metrics behind bearer PGOUTBOX_OPERATOR_TOKEN when set)")
 	f.IntVar(&n.consumerConc, "consumer-concurrency", envInt("OUTBOX_CONSUMER_CONCURRENCY", 0),
 		"deliveries in flight per consumed queue (env OUTBOX_CONSUMER_CONCURRENCY; default the queue's concurrency)")
 }
@@ -202,8 +202,9 @@ func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags
 	defer stopWithin(eng.stopTimeout, client.Stop)
 	defer runComponents(ctx, apps, log)()
 	if nf.metricsAddr != "" {
-		// /metrics and the probes; no application routes.
-		srv := server.New(log, reg)
+		// /metrics and the probes; no application routes. /metrics is an
+		// operator route: behind PGOUTBOX_OPERATOR_TOKEN when set.
+		srv := server.NewWithOptions(log, reg, operatorOptions(""))
 		ln, err := net.Listen("tcp", nf.metricsAddr)
 		if err != nil {
 			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--metrics-addr %s: %w", nf.metricsAddr, err)}

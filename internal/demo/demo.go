@@ -22,6 +22,7 @@ import (
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
+	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/server"
 	"github.com/pgoutbox/pgoutbox/target/github"
 )
@@ -128,7 +129,11 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 	d.ln = ln
 	d.base = "http://" + ln.Addr().String()
 
+	// /metrics carries the database gauges (pgoutbox_effects by state,
+	// oldest available age, stalled leases, xmin age) like serve's, read
+	// through a stats cache, besides the engine's own metrics.
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(ops.NewCollector(ops.NewStatsCache(o.Pool, ops.StatusOptions{}, 0), o.Log))
 	d.srv = server.New(o.Log, reg)
 
 	// The GitHub emulator delivers its webhooks to our real endpoint.

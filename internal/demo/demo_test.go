@@ -3,6 +3,8 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 	}
 	started := time.Now()
 	s, err := d.Story(ctx)
+	metrics := scrape(t, d.URL()+"/metrics")
 	if cerr := d.Close(ctx); cerr != nil {
 		t.Errorf("close: %v", cerr)
 	}
@@ -58,8 +61,34 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 	if s.Lost != 0 || s.ReconcileID == 0 {
 		t.Fatalf("lost %d, reconcile id %d", s.Lost, s.ReconcileID)
 	}
+	// The demo's /metrics has the database gauges (issue 17, point 8), and
+	// they agree with the story's final states.
+	for _, line := range []string{
+		`pgoutbox_effects{effect_type="github.workflow.dispatch",queue="control_plane_outbox",state="reconciliation_required"} 1`,
+		`pgoutbox_stalled_leases{effect_type="github.workflow.dispatch",queue="control_plane_outbox"} 0`,
+		"\npgoutbox_oldest_xmin_age_seconds ",
+	} {
+		if !strings.Contains(metrics, line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
 	var table bytes.Buffer
 	if err := s.Print(&table, false); err != nil || !strings.Contains(table.String(), "reconcile inspect") {
 		t.Fatalf("summary table: %v\n%s", err, table.String())
 	}
+}
+
+// scrape GETs url and returns the body of a 200 answer.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }

@@ -73,3 +73,21 @@ func RequireBearer(token, setting string, next http.Handler) http.Handler {
 type Mux interface {
 	Handle(pattern string, h http.Handler)
 }
+
+// OperatorMux is a Mux that serves operator routes (pages and data for
+// operators: queue names, record ids, error text) apart from the others,
+// behind the operator token or on the operator listener (internal/server).
+type OperatorMux interface {
+	Mux
+	HandleOperator(pattern string, h http.Handler)
+}
+
+// HandleOperator mounts an operator route on m: with m's HandleOperator
+// when m is an OperatorMux, else as any other route.
+func HandleOperator(m Mux, pattern string, h http.Handler) {
+	if om, ok := m.(OperatorMux); ok {
+		om.HandleOperator(pattern, h)
+		return
+	}
+	m.Handle(pattern, h)
+}

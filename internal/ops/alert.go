@@ -14,7 +14,9 @@ import (
 
 // Alert thresholds (docs/design.md, "Operations"). A rule fires when its value
 // reaches its threshold (value >= threshold); a threshold ≤ 0 disables the
-// rule, except reconciliation_required, which always fires on any record.
+// rule, except reconciliation_required and stalled_leases, which always fire
+// on any record or any lease held past the stalled age
+// (OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES, StatusOptions.StalledAfter).
 const (
 	// DeadLetterThresholdDefault: OUTBOX_DLQ_ALERT_THRESHOLD.
 	DeadLetterThresholdDefault = 1
@@ -40,6 +42,7 @@ const (
 	RulePendingAge             = "pending_age"
 	RuleReconciliationRequired = "reconciliation_required"
 	RuleXminAge                = "xmin_age"
+	RuleStalledLeases          = "stalled_leases"
 )
 
 // Thresholds are the alert rules' thresholds.
@@ -70,7 +73,7 @@ type RuleResult struct {
 	Description string  `json:"description"`
 	Value       float64 `json:"value"`
 	Threshold   float64 `json:"threshold"`
-	// Unit is "effects", "records", "seconds" or "transactions".
+	// Unit is "effects", "records", "leases", "seconds" or "transactions".
 	Unit     string `json:"unit"`
 	Firing   bool   `json:"firing"`
 	Disabled bool   `json:"disabled,omitempty"`
@@ -115,6 +118,8 @@ func Evaluate(s *Snapshot, t Thresholds) *AlertReport {
 		rule(RulePendingAge, "age of the oldest due available effect", "seconds", tot.OldestAvailableAgeSeconds, t.PendingMaxAge.Seconds()),
 		rule(RuleReconciliationRequired, "records awaiting an operator's reconciliation", "records", float64(tot.ReconciliationRequired), 1),
 		rule(RuleXminAge, "age of the oldest transaction holding back VACUUM (xmin horizon)", "seconds", s.OldestXminAgeSeconds, t.XminMaxAge.Seconds()),
+		rule(RuleStalledLeases, fmt.Sprintf("leases held longer than %s (OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES)",
+			time.Duration(s.StalledAfterSeconds*float64(time.Second))), "leases", float64(tot.StalledLeases), 1),
 	}}
 	for _, r := range rep.Rules {
 		rep.Firing = rep.Firing || r.Firing

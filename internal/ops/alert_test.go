@@ -54,6 +54,12 @@ func TestAlertRulesFireExactlyAtThreshold(t *testing.T) {
 			at:    []eff{{queue: "q", typ: "t", state: "reconciliation_required", attempts: 1, leasedAgo: 1, started: true}},
 			below: nil,
 			atV:   1, belowV: 0},
+		// A lease taken exactly StalledAfterDefault (10 min) ago is stalled;
+		// one taken a millisecond later is not.
+		{rule: ops.RuleStalledLeases,
+			at:    []eff{{queue: "q", typ: "t", state: "leased", attempts: 1, leasedAgo: 600}},
+			below: []eff{{queue: "q", typ: "t", state: "leased", attempts: 1, leasedAgo: 599.999}},
+			atV:   1, belowV: 0},
 	}
 	for _, c := range cases {
 		for _, at := range []bool{true, false} {
@@ -197,7 +203,7 @@ func TestPostAlert(t *testing.T) {
 	}
 	if got.Source != "pgoutbox" || got.Status != "firing" || len(got.Firing) != 2 ||
 		got.Firing[0].Rule != ops.RuleDeadLetters || got.Firing[1].Rule != ops.RuleReconciliationRequired ||
-		len(got.Rules) != 6 || !strings.Contains(got.Summary, "dead_letters 1 >= 1") {
+		len(got.Rules) != 7 || !strings.Contains(got.Summary, "dead_letters 1 >= 1") {
 		t.Fatalf("posted: %+v", got)
 	}
 }

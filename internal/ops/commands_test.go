@@ -167,7 +167,7 @@ func TestCommandDLQ(t *testing.T) {
 	}
 	r := b.run(t, nil, "dlq", "list")
 	if r.code != 0 || strings.ContainsAny(r.stdout, "\x1b\t") ||
-		!regexp.MustCompile(`(?m)^ID +QUEUE +EFFECT TYPE +ATTEMPTS +DEAD-LETTERED AT +LAST ERROR\n\d+ +q +t +8/8 +\d{4}-\d\d-\d\dT\S+Z +HTTP 500 \[31mred \[0m done\n\d+ +q +t +2/2 .* boom$`).MatchString(r.stdout) {
+		!regexp.MustCompile(`(?m)^ID +QUEUE +EFFECT TYPE +SUBJECT +ATTEMPTS +DEAD-LETTERED AT +LAST ERROR\n\d+ +q +t +- +8/8 +\d{4}-\d\d-\d\dT\S+Z +HTTP 500 \[31mred \[0m done\n\d+ +q +t +- +2/2 .* boom$`).MatchString(r.stdout) {
 		t.Fatalf("dlq list: %d\n%q", r.code, r.stdout)
 	}
 	columnsAligned(t, r.stdout)
@@ -268,7 +268,7 @@ func TestCommandAlertCheck(t *testing.T) {
 		Webhook struct{ Configured, Posted bool }
 	}
 	b.runJSON(t, []string{hook, "OUTBOX_ALERT_FAIL_ON_ALERT=1"}, 3, &out, "alert", "check")
-	if !out.Firing || !out.Webhook.Configured || !out.Webhook.Posted || len(out.Rules) != 6 {
+	if !out.Firing || !out.Webhook.Configured || !out.Webhook.Posted || len(out.Rules) != 7 {
 		t.Fatalf("json: %+v", out)
 	}
 	<-got
@@ -432,5 +432,97 @@ func TestServeMetrics(t *testing.T) {
 	checkLabels(t, families)
 	if v, ok := gauge(families, "pgoutbox_effects", map[string]string{"queue": "outbox_events", "effect_type": "record.upsert", "state": "dead_letter"}); !ok || v != 1 {
 		t.Errorf("dead letters gauge: %v %v", v, ok)
+	}
+}
+
+// TestCommandAlertCheckStalledLease is the issue's case: a lease stalled 30
+// minutes past OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES (40 minutes old
+// against the default 10) fires stalled_leases, and with
+// OUTBOX_ALERT_FAIL_ON_ALERT=1 the check exits 3. The stalled age comes
+// from the same setting as status and requeue-stale; a non-positive
+// --stalled-after is refused and nothing changes.
+func TestCommandAlertCheckStalledLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seed(t, b.ctx, b.pool, eff{queue: "q", typ: "t", state: "leased", attempts: 1, leasedAgo: 40 * 60})
+	before := b.fingerprint(t)
+
+	r := b.run(t, []string{"OUTBOX_ALERT_FAIL_ON_ALERT=1"}, "alert", "check")
+	if r.code != 3 || !regexp.MustCompile(`(?m)^stalled_leases +1 +>= 1 +ALERT$`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "1 rule(s) firing") {
+		t.Fatalf("stalled lease: exit %d, want 3 and stalled_leases ALERT\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var out struct{ ops.AlertReport }
+	b.runJSON(t, []string{"OUTBOX_ALERT_FAIL_ON_ALERT=1"}, 3, &out, "alert", "check")
+	if f := out.FiringRules(); len(f) != 1 || f[0].Rule != ops.RuleStalledLeases || f[0].Value != 1 || f[0].Unit != "leases" {
+		t.Fatalf("json firing rules: %+v", f)
+	}
+	// The same lease under a 60-minute stalled age is not stalled.
+	r = b.run(t, []string{"OUTBOX_ALERT_FAIL_ON_ALERT=1", "OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES=60"}, "alert", "check")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^stalled_leases +0 +>= 1 +ok$`).MatchString(r.stdout) {
+		t.Fatalf("60-minute stalled age: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range []string{"0", "-5m"} {
+		r = b.run(t, nil, "alert", "check", "--stalled-after", bad)
+		if r.code != 1 || !strings.Contains(r.stderr, "--stalled-after must be positive") {
+			t.Fatalf("--stalled-after %s: exit %d\n%s%s", bad, r.code, r.stdout, r.stderr)
+		}
+	}
+	if after := b.fingerprint(t); after != before {
+		t.Fatal("alert check changed the database")
+	}
+}
+
+// TestCommandDLQListShowsTheSubject: dlq list says what failed (issue 17,
+// point 4): the projection's record id, the control plane's repository,
+// release run and attempt, in text and --json, and nothing else of the
+// payload (a credential-free but private value in another key, or under a
+// subject key as a nested object, never appears).
+func TestCommandDLQListShowsTheSubject(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const private = "PRIVATE-payload-value"
+	ids := seed(t, b.ctx, b.pool,
+		eff{queue: "outbox_events", typ: "record.upsert", state: "dead_letter", attempts: 8, completedAgo: 5, lastError: "HTTP 400",
+			payload: `{"record_id":"c17","version":3,"source_hash":"` + private + `"}`},
+		eff{queue: "control_plane_outbox", typ: "github.workflow.dispatch", state: "dead_letter", attempts: 1, completedAgo: 4, lastError: "404",
+			payload: `{"release_run_id":12,"execution_attempt_id":34,"attempt_number":2,"repository":"acme/api","installation_id":9,"workflow":"release.yml","ref":"` + private + `"}`},
+		eff{queue: "q", typ: "t", state: "dead_letter", attempts: 1, completedAgo: 3, payload: `{"record_id":{"x":"` + private + `"},"release_run_id":"77","note":"` + private + `"}`},
+		eff{queue: "q", typ: "t", state: "dead_letter", attempts: 1, completedAgo: 2, payload: `["` + private + `"]`},
+	)
+	before := b.fingerprint(t)
+	var page ops.DeadLetterPage
+	r := b.runJSON(t, nil, 0, &page, "dlq", "list")
+	want := []ops.Subject{
+		{RecordID: "c17"},
+		{Repository: "acme/api", ReleaseRunID: 12, ExecutionAttemptID: 34, AttemptNumber: 2},
+		{ReleaseRunID: 77},
+		{},
+	}
+	if len(page.Items) != len(want) {
+		t.Fatalf("items: %+v", page.Items)
+	}
+	for i, d := range page.Items {
+		if d.ID != ids[i] || d.Subject != want[i] {
+			t.Errorf("item %d: id %d subject %+v, want id %d subject %+v", i, d.ID, d.Subject, ids[i], want[i])
+		}
+	}
+	if strings.Contains(r.stdout, private) || !strings.Contains(r.stdout, `"subject": {`) {
+		t.Fatalf("--json shows payload content or no subject:\n%s", r.stdout)
+	}
+	r = b.run(t, nil, "dlq", "list")
+	if r.code != 0 || strings.Contains(r.stdout, private) ||
+		!regexp.MustCompile(`(?m)^\d+ +outbox_events +record.upsert +record c17 +8/8 `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\d+ +control_plane_outbox +github.workflow.dispatch +acme/api release run 12 attempt 34 \(#2\) +1/8 `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^\d+ +q +t +release run 77 +1/8 `).MatchString(r.stdout) {
+		t.Fatalf("dlq list: %d\n%s", r.code, r.stdout)
+	}
+	columnsAligned(t, r.stdout)
+	// Bad input: a clear error, nothing changed.
+	if r := b.run(t, nil, "dlq", "list", "--after-id", "x"); r.code != 1 || !strings.Contains(r.stderr, "--after-id") {
+		t.Fatalf("--after-id x: %d %s", r.code, r.stderr)
+	}
+	if after := b.fingerprint(t); after != before {
+		t.Fatal("dlq list changed the database")
 	}
 }

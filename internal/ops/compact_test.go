@@ -17,7 +17,8 @@ func TestCompact(t *testing.T) {
 	for _, sql := range []string{
 		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload)
 		 SELECT 'burst', 't', 'k-' || g, jsonb_build_object('pad', repeat('x', 300)) FROM generate_series(1, 20000) g`,
-		`DELETE FROM pgoutbox.effects WHERE queue = 'burst'`, // what retention does to completed effects
+		`DELETE FROM pgoutbox.effects WHERE queue = 'burst'`,     // what retention does to completed effects
+		`DELETE FROM pgoutbox.effect_keys WHERE queue = 'burst'`, // and key retention to their keys
 		`VACUUM pgoutbox.effects, pgoutbox.effect_keys`,
 	} {
 		if _, err := b.pool.Exec(b.ctx, sql); err != nil {

@@ -23,7 +23,7 @@ const (
 )
 
 // DeadLetter is one dead-lettered effect as shown to an operator. The
-// payload is never shown.
+// payload is never shown, only its Subject.
 type DeadLetter struct {
 	ID             int64      `json:"id"`
 	Queue          string     `json:"queue"`
@@ -33,6 +33,9 @@ type DeadLetter struct {
 	LastError      string     `json:"last_error"`
 	DeadLetteredAt *time.Time `json:"dead_lettered_at"`
 	CreatedAt      time.Time  `json:"created_at"`
+	// Subject is what the effect is about (record, repository, release
+	// run, attempt), read from those payload keys only.
+	Subject Subject `json:"subject"`
 }
 
 // DeadLetterPage is one page of dead letters, by id.
@@ -63,6 +66,7 @@ func ListDeadLetters(ctx context.Context, db store.DBTX, f Filter, afterID int64
 		page.Items = append(page.Items, DeadLetter{
 			ID: r.ID, Queue: r.Queue, EffectType: r.Type, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 			LastError: r.LastError, DeadLetteredAt: r.DeadLetteredAt, CreatedAt: r.CreatedAt,
+			Subject: ParseSubject(r.Subject),
 		})
 	}
 	return page, nil

@@ -3,12 +3,15 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,11 +23,17 @@ const LocalDatabase = "pgoutbox"
 // Files of a persistent (EnsureLocal) cluster directory, besides pgdata and
 // postgres.log.
 const (
-	localMarker   = "README" // marks the directory as ours (ResetLocal checks it)
-	localPortFile = "port"   // the port the cluster listens on, kept across runs
-	localLockFile = ".lock"  // serializes EnsureLocal/StopLocal/ResetLocal
+	localMarker   = "README"  // marks the directory as ours (ResetLocal checks it)
+	localPortFile = "port"    // the port the cluster listens on, kept across runs
+	localLockFile = ".lock"   // serializes EnsureLocal/StopLocal/ResetLocal
+	localMovedTo  = "cluster" // when present: the directory that holds pgdata, postgres.log and port
 	markerHeading = "pgoutbox embedded PostgreSQL"
 )
+
+// relocationRoot is where, run as root, EnsureLocal keeps the cluster of a
+// directory that the postgres OS user cannot reach: one subdirectory per
+// directory, named by a hash of its absolute path. /var/tmp survives reboots.
+var relocationRoot = filepath.Join(string(filepath.Separator)+"var", "tmp", "pgoutbox-embedded")
 
 // EnsureLocal makes sure the persistent embedded cluster in dir is running
 // and returns the connection string of its LocalDatabase ("pgoutbox"),
@@ -51,9 +60,12 @@ const (
 //
 // Run as root, the server runs as the OS user "postgres" (PostgreSQL refuses
 // root), which then owns dir. If that user cannot reach dir (typically dir is
-// under /root, mode 0700), EnsureLocal fails with an error saying so and
-// suggesting DATABASE_URL or another directory; it never moves the cluster
-// elsewhere on its own. log may be nil.
+// under /root, or a home directory of mode 0700), the cluster itself (pgdata,
+// postgres.log, port) lives in a directory of its own under
+// /var/tmp/pgoutbox-embedded instead, named by a hash of dir's absolute path;
+// dir keeps the marker and a file "cluster" naming that place, so the next
+// EnsureLocal, StopLocal and ResetLocal find it. The move is logged once, when
+// it happens. log may be nil.
 func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -83,6 +95,9 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 					_ = c.stopDetached(context.Background(), "immediate")
 				}
 			}
+			if home := clusterHome(abs); home != abs {
+				_ = os.RemoveAll(home)
+			}
 			_ = os.RemoveAll(abs)
 		}()
 	case !errors.Is(err, os.ErrExist):
@@ -105,9 +120,21 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 	}
 	defer unlock()
 
-	dataDir := filepath.Join(abs, "pgdata")
+	home := clusterHome(abs)
+	dataDir := filepath.Join(home, "pgdata")
 	major := initializedMajor(dataDir)
-	if c, err = openCluster(ctx, abs, major); err != nil {
+	c, err = openCluster(ctx, home, major)
+	if errors.Is(err, errUnreachable) && home == abs {
+		reason := err
+		if home, err = relocate(abs); err != nil {
+			return "", fmt.Errorf("%w; and no place for it under %s: %v", reason, relocationRoot, err)
+		}
+		log.Info("embedded PostgreSQL for " + abs + " lives in " + home + ": the postgres OS user cannot reach " + abs + blockingParent(abs))
+		dataDir = filepath.Join(home, "pgdata")
+		major = initializedMajor(dataDir)
+		c, err = openCluster(ctx, home, major)
+	}
+	if err != nil {
 		return "", localHint(err)
 	}
 
@@ -250,15 +277,16 @@ func StopLocal(dir string) error {
 }
 
 func stopLocal(abs string) error {
-	major := initializedMajor(filepath.Join(abs, "pgdata"))
+	home := clusterHome(abs)
+	major := initializedMajor(filepath.Join(home, "pgdata"))
 	if major == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*startTimeout)
 	defer cancel()
-	c, err := openCluster(ctx, abs, major)
+	c, err := openCluster(ctx, home, major)
 	if err != nil {
-		return fmt.Errorf("stop embedded PostgreSQL at %s: %w", abs, err)
+		return fmt.Errorf("stop embedded PostgreSQL at %s: %w", home, err)
 	}
 	running, err := c.running(ctx)
 	if err != nil || !running {
@@ -293,5 +321,58 @@ func ResetLocal(dir string) error {
 	if err := stopLocal(abs); err != nil {
 		return err
 	}
+	if home := clusterHome(abs); home != abs {
+		if err := os.RemoveAll(home); err != nil {
+			return err
+		}
+	}
 	return os.RemoveAll(abs)
+}
+
+// LocalInitialized reports whether dir holds an embedded cluster that
+// EnsureLocal created (its data directory may be in dir or where dir's
+// "cluster" file points).
+func LocalInitialized(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil || !isLocalDir(abs) {
+		return false
+	}
+	return initializedMajor(filepath.Join(clusterHome(abs), "pgdata")) != 0
+}
+
+// clusterHome is the directory that holds the cluster of the embedded
+// directory abs: abs itself, or the place its "cluster" file names.
+func clusterHome(abs string) string {
+	b, err := os.ReadFile(filepath.Join(abs, localMovedTo))
+	if err != nil {
+		return abs
+	}
+	if p := strings.TrimSpace(string(b)); filepath.IsAbs(p) {
+		return p
+	}
+	return abs
+}
+
+// relocate gives abs a cluster directory under relocationRoot and records
+// it in abs, returning its path.
+func relocate(abs string) (string, error) {
+	sum := sha256.Sum256([]byte(abs))
+	home := filepath.Join(relocationRoot, hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(relocationRoot, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(relocationRoot, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", err
+	}
+	note := "pgoutbox embedded PostgreSQL of " + abs + "\n"
+	if err := os.WriteFile(filepath.Join(home, "FOR"), []byte(note), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(abs, localMovedTo), []byte(home+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return home, nil
 }

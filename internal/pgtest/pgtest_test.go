@@ -284,6 +284,10 @@ func TestEnsureLocalReusesCluster(t *testing.T) {
 	}
 }
 
+// TestEnsureLocalUnreachableAsRoot: run as root from a directory the
+// postgres OS user cannot reach (a 0700 home), the cluster lives under
+// relocationRoot, is found again by EnsureLocal, StopLocal and ResetLocal,
+// and ResetLocal deletes both places.
 func TestEnsureLocalUnreachableAsRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root delegates to the postgres OS user")
@@ -291,19 +295,50 @@ func TestEnsureLocalUnreachableAsRoot(t *testing.T) {
 	if _, err := findBinaries(0); errors.Is(err, errNoBinaries) {
 		t.Skip(err)
 	}
-	dir := filepath.Join(t.TempDir(), ".pgoutbox") // under a mode-0700 directory
-	_, err := EnsureLocal(context.Background(), dir, nil)
-	if err == nil {
-		StopLocal(dir)
-		t.Fatal("EnsureLocal succeeded in a directory the postgres user cannot reach")
+	ctx := context.Background()
+	parent := t.TempDir()
+	if err := os.Chmod(parent, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"cannot access", "mode 0700", "DATABASE_URL"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q: %v", want, err)
+	dir := filepath.Join(parent, ".pgoutbox")
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	dsn, err := EnsureLocal(ctx, dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ResetLocal(dir) })
+	home := clusterHome(dir)
+	if home == dir || !strings.HasPrefix(home, relocationRoot+string(filepath.Separator)) {
+		t.Fatalf("cluster home %s, want one under %s", home, relocationRoot)
+	}
+	if !strings.Contains(logs.String(), "lives in "+home) || !strings.Contains(logs.String(), "mode 0700") {
+		t.Fatalf("the move is not logged with its reason:\n%s", logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(home, "pgdata", "PG_VERSION")); err != nil {
+		t.Fatalf("no cluster in %s: %v", home, err)
+	}
+	conn := connect(t, dsn)
+	conn.Close(ctx)
+
+	if err := StopLocal(dir); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	again, err := EnsureLocal(ctx, dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != dsn || !strings.Contains(logs.String(), "starting embedded PostgreSQL") {
+		t.Fatalf("restart: dsn %s (was %s); log:\n%s", again, dsn, logs.String())
+	}
+	if err := ResetLocal(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, home} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s survives ResetLocal: %v", p, err)
 		}
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("failed EnsureLocal left %s behind: %v", dir, err)
 	}
 }
 

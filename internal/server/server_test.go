@@ -44,3 +44,60 @@ func TestProbes(t *testing.T) {
 		t.Fatalf("healthy while stopping: %d", c)
 	}
 }
+
+func get(t *testing.T, h http.Handler, path, token string) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	h.ServeHTTP(rec, req)
+	if rec.Code == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") == "" {
+		t.Errorf("%s: 401 without WWW-Authenticate", path)
+	}
+	return rec.Code
+}
+
+// TestOperatorRoutes pins where /metrics and an application's operator
+// route are served and how they are guarded, for each combination of
+// OperatorToken and SeparateOperator; application routes and probes are
+// never guarded.
+func TestOperatorRoutes(t *testing.T) {
+	const token = "op-token-7c1d"
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	for _, c := range []struct {
+		name string
+		opts server.Options
+		// main and operator listener answers to /metrics and /workers:
+		// without a token, with a wrong one, with the right one.
+		main, op [3]int
+	}{
+		{"default", server.Options{}, [3]int{200, 200, 200}, [3]int{200, 200, 200}},
+		{"token", server.Options{OperatorToken: token}, [3]int{401, 401, 200}, [3]int{401, 401, 200}},
+		{"separate", server.Options{SeparateOperator: true}, [3]int{404, 404, 404}, [3]int{200, 200, 200}},
+		{"separate+token", server.Options{OperatorToken: token, SeparateOperator: true}, [3]int{404, 404, 404}, [3]int{401, 401, 200}},
+	} {
+		s := server.NewWithOptions(nil, prometheus.NewRegistry(), c.opts)
+		s.HandleOperator("GET /workers", ok)
+		s.Handle("GET /api/thing", ok)
+		for _, path := range []string{"/metrics", "/workers"} {
+			for i, tok := range []string{"", "wrong", token} {
+				if got := get(t, s.Handler(), path, tok); got != c.main[i] {
+					t.Errorf("%s: main %s (token %q): %d, want %d", c.name, path, tok, got, c.main[i])
+				}
+				if got := get(t, s.OperatorHandler(), path, tok); got != c.op[i] {
+					t.Errorf("%s: operator %s (token %q): %d, want %d", c.name, path, tok, got, c.op[i])
+				}
+			}
+		}
+		if get(t, s.Handler(), "/api/thing", "") != 200 || get(t, s.OperatorHandler(), "/api/thing", token) != 404 {
+			t.Errorf("%s: application routes belong to the main listener only", c.name)
+		}
+		for _, h := range []http.Handler{s.Handler(), s.OperatorHandler()} {
+			if get(t, h, "/-/healthy", "") != 200 {
+				t.Errorf("%s: probes need no token", c.name)
+			}
+		}
+	}
+}

@@ -131,10 +131,31 @@ type DeadLetter struct {
 	LastError      string
 	DeadLetteredAt *time.Time
 	CreatedAt      time.Time
+	// Subject is the JSON object of the payload's SubjectKeys that hold a
+	// string or a number (SubjectSQL); never anything else of the payload.
+	Subject []byte
 }
 
+// SubjectKeys are the payload keys that name what an effect is about: the
+// projection's record, the control plane's repository, release run and
+// execution attempt (ids and number) and workflow run. Operator listings
+// show them; no other payload key ever leaves the database for a listing.
+var SubjectKeys = []string{"record_id", "repository", "release_run_id", "execution_attempt_id", "attempt_number", "workflow_run_id"}
+
+// SubjectSQL is the SQL expression of a payload's subject: an object of
+// the SubjectKeys whose values are strings or numbers ({} for any other
+// payload: -> on an array or a scalar is NULL).
+const SubjectSQL = `jsonb_strip_nulls(jsonb_build_object(
+    'record_id', CASE WHEN jsonb_typeof(payload->'record_id') IN ('string', 'number') THEN payload->'record_id' END,
+    'repository', CASE WHEN jsonb_typeof(payload->'repository') IN ('string', 'number') THEN payload->'repository' END,
+    'release_run_id', CASE WHEN jsonb_typeof(payload->'release_run_id') IN ('string', 'number') THEN payload->'release_run_id' END,
+    'execution_attempt_id', CASE WHEN jsonb_typeof(payload->'execution_attempt_id') IN ('string', 'number') THEN payload->'execution_attempt_id' END,
+    'attempt_number', CASE WHEN jsonb_typeof(payload->'attempt_number') IN ('string', 'number') THEN payload->'attempt_number' END,
+    'workflow_run_id', CASE WHEN jsonb_typeof(payload->'workflow_run_id') IN ('string', 'number') THEN payload->'workflow_run_id' END))`
+
 const deadLettersSQL = `
-SELECT id, queue, effect_type, attempts, max_attempts, coalesce(last_error, ''), dead_lettered_at, created_at
+SELECT id, queue, effect_type, attempts, max_attempts, coalesce(last_error, ''), dead_lettered_at, created_at,
+    ` + SubjectSQL + `
 FROM pgoutbox.effects
 WHERE state = 'dead_letter' AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2) AND id > $3
 ORDER BY id
@@ -149,7 +170,7 @@ func DeadLetters(ctx context.Context, db DBTX, f OpsFilter, afterID int64, limit
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetter, error) {
 		var d DeadLetter
-		err := r.Scan(&d.ID, &d.Queue, &d.Type, &d.Attempts, &d.MaxAttempts, &d.LastError, &d.DeadLetteredAt, &d.CreatedAt)
+		err := r.Scan(&d.ID, &d.Queue, &d.Type, &d.Attempts, &d.MaxAttempts, &d.LastError, &d.DeadLetteredAt, &d.CreatedAt, &d.Subject)
 		return d, err
 	})
 	return out, MapError(err)
@@ -203,26 +224,27 @@ WITH stale AS (
     ORDER BY leased_at, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
-), routed AS (
-    SELECT e.id, pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) AS next_state,
-        coalesce(e.lease_owner, '') AS owner, extract(epoch FROM now() - e.leased_at)::float8 AS held_for
+), held AS (
+    -- Owner and age of the abandoned lease, for the operator's report
+    -- only: the route below reads the locked row itself.
+    SELECT e.id, coalesce(e.lease_owner, '') AS owner, extract(epoch FROM now() - e.leased_at)::float8 AS held_for
     FROM pgoutbox.effects e JOIN stale USING (id)
 )
 UPDATE pgoutbox.effects e
-SET state = r.next_state,
-    available_at = CASE WHEN r.next_state = 'available' THEN now() ELSE e.available_at END,
-    dead_lettered_at = CASE WHEN r.next_state = 'dead_letter' THEN now() END,
-    reconciliation_at = CASE WHEN r.next_state = 'reconciliation_required' THEN now() END,
-    lease_token = NULL, lease_expires_at = NULL,
-    last_error = 'requeued by an operator: lease stalled (owner ' || coalesce(nullif(r.owner, ''), '?') || ')'
-FROM routed r
-WHERE e.id = r.id AND e.state::text = 'leased'
-RETURNING e.id, e.queue, e.effect_type, e.state::text, r.owner, r.held_for`
+SET ` + recoverSet + `,
+    last_error = 'requeued by an operator: lease stalled (owner ' || coalesce(e.lease_owner, '?') || ')'
+FROM held h
+WHERE e.id = h.id AND e.state::text = 'leased'
+RETURNING e.id, e.queue, e.effect_type, e.state::text, h.owner, h.held_for`
 
 // RequeueStale recovers up to limit leases taken more than stalledAfter ago
-// (database clock), with the sweeper's routing (pgoutbox.recovered_state):
-// a started non-replay-safe effect goes to reconciliation_required, an
-// exhausted one to dead_letter, any other back to available. The lease
+// (database clock), with the sweeper's routing (pgoutbox.recovered_state of
+// the locked row, recoverSet): a started non-replay-safe effect goes to
+// reconciliation_required, an exhausted one to dead_letter, any other back
+// to available. It takes live leases too (a stalled worker's lease is kept
+// alive by its extender), so a worker may commit delivery_started_at
+// between this statement's snapshot and its lock: the route reads the
+// locked row, which already carries it. The lease
 // token is cleared, so the stalled worker's writes are fenced off.
 func RequeueStale(ctx context.Context, db DBTX, stalledAfter time.Duration, f OpsFilter, limit int) ([]Moved, error) {
 	return collectMoved(db.Query(ctx, requeueSQL, stalledAfter.Seconds(), f.Queue, f.Type, limit))

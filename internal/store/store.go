@@ -10,7 +10,10 @@
 // [MapError].
 //
 // All time arithmetic uses the database clock (now()); callers pass durations
-// in seconds, never absolute timestamps computed on the worker.
+// in seconds, never absolute timestamps computed on the worker. The one
+// exception is NewEffect.AvailableAt, a caller's explicit absolute schedule
+// (pgoutbox.Effect.AvailableAt), stored as given; a relative schedule is
+// NewEffect.Delay, applied to the database's now().
 //
 // A statement that finds rows by id and also checks their state compares
 // state::text, never state: the planner cannot then match the condition to
@@ -80,23 +83,39 @@ type NewEffect struct {
 	Key         string
 	Payload     []byte
 	MaxAttempts int
-	// AvailableAt nil means now().
+	// AvailableAt, when set, is the caller's absolute schedule, stored as
+	// given (the one instant the store takes from outside the database).
+	// Nil means now() + Delay, on the database clock.
 	AvailableAt *time.Time
+	// Delay is added to the database's now() when AvailableAt is nil.
+	Delay time.Duration
 }
 
 // insertSQL writes the key rows first (migration 00006): ON CONFLICT DO
 // NOTHING skips a key already present, waiting for a concurrent transaction
 // that inserted it, and only the effects whose key row was written are
 // inserted. Ids come from the effects' identity sequence, in input order.
+//
+// Key rows are inserted in one canonical order, (queue, key) under the "C"
+// collation, whatever the input order: two batches sharing keys then wait
+// for each other on their first shared key instead of each holding one the
+// other needs (a deadlock, when they came in different orders). The id
+// breaks ties, so a key repeated in a batch goes to its first occurrence.
+//
+// Under REPEATABLE READ or SERIALIZABLE, a key committed by a concurrent
+// transaction after this transaction's snapshot cannot be returned (the
+// snapshot cannot see it): PostgreSQL raises serialization_failure (40001)
+// and the caller retries the transaction, which then returns the existing
+// effect.
 const insertSQL = `
 WITH input AS (
     SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[])
-        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, ord)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[])
+        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ord)
     ORDER BY t.ord
 ), keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
-    SELECT queue, idempotency_key, id FROM input ORDER BY id
+    SELECT queue, idempotency_key, id FROM input ORDER BY queue COLLATE "C", idempotency_key COLLATE "C", id
     ON CONFLICT (queue, idempotency_key) DO NOTHING
     RETURNING effect_id
 ), marked AS (
@@ -106,7 +125,8 @@ WITH input AS (
 )
 INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
 OVERRIDING SYSTEM VALUE
-SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts, coalesce(i.available_at, now())
+SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+    coalesce(i.available_at, now() + make_interval(secs => i.delay_s))
 FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
 ORDER BY i.id
 RETURNING id, queue, idempotency_key`
@@ -124,14 +144,15 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	n := len(effects)
 	queues, types, keys := make([]string, n), make([]string, n), make([]string, n)
 	payloads, maxAttempts := make([]string, n), make([]int32, n)
-	avail := make([]*time.Time, n)
+	avail, delays := make([]*time.Time, n), make([]float64, n)
 	for i, e := range effects {
 		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
 		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
+		delays[i] = e.Delay.Seconds()
 	}
 	type qk struct{ queue, key string }
 	created := make(map[qk]int64, n)
-	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail)
+	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays)
 	if err != nil {
 		return nil, MapError(err)
 	}
@@ -229,11 +250,16 @@ const claimableSQL = `
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
+//
+// The lease runs from the statement's start (statement_timestamp()), not
+// the transaction's (now()): a promotion (Promote) runs in a claim
+// transaction that has held its row locks for a while, and its durable
+// lease must still be a whole lease long. leased_at keeps the claim's time.
 const leaseSQL = `
 UPDATE pgoutbox.effects e
 SET state = 'leased', attempts = e.attempts + $5::int, lease_owner = $3,
     lease_token = gen_random_uuid(), leased_at = now(),
-    lease_expires_at = now() + make_interval(secs => $4)
+    lease_expires_at = statement_timestamp() + make_interval(secs => $4)
 WHERE e.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING ` + claimedColumns
 
@@ -443,8 +469,10 @@ const (
 	FailDeadLetter FailKind = "dead_letter"
 	// FailReconcile: reconciliation_required (outcome unknown, not replay-safe).
 	FailReconcile FailKind = "reconcile"
-	// FailRelease: back to available now without judging the attempt (a
-	// worker shutting down), or reconciliation_required when delivery started.
+	// FailRelease: a worker shutting down gives the effect back, routed like
+	// every other recovery (pgoutbox.recovered_state): reconciliation_required
+	// when delivery started, dead_letter when the interrupted attempt was the
+	// last one (it counted when it was claimed), else available now.
 	FailRelease FailKind = "release"
 )
 
@@ -452,7 +480,8 @@ const failSQL = `
 WITH target AS (
     SELECT id, attempts, max_attempts, delivery_started_at,
         (CASE
-            WHEN $4 = 'reconcile' OR ($4 = 'release' AND delivery_started_at IS NOT NULL) THEN 'reconciliation_required'
+            WHEN $4 = 'release' THEN pgoutbox.recovered_state(delivery_started_at, attempts, max_attempts)::text
+            WHEN $4 = 'reconcile' THEN 'reconciliation_required'
             WHEN $4 = 'dead_letter' OR ($4 = 'retry' AND attempts >= max_attempts) THEN 'dead_letter'
             ELSE 'available'
         END)::pgoutbox.effect_state AS next_state
@@ -487,11 +516,17 @@ func Fail(ctx context.Context, db DBTX, f Fence, kind FailKind, delay time.Durat
 
 const startSQL = `
 UPDATE pgoutbox.effects SET delivery_started_at = now()
-WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3`
+WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3
+  AND lease_expires_at > now()`
 
 // MarkStarted records, fenced, that delivery of a non-replay-safe effect is
 // about to start. It must commit before the request is sent. found=false
-// means the lease was lost.
+// means the lease was lost, or has expired (lease_expires_at <= now(), even
+// if no sweeper has recovered it yet): a worker whose lease expired must not
+// start a dispatch the sweeper may already be handing to another worker.
+// now() is the statement's start when it runs on its own; a start that
+// waits for a row lock past the expiry can still commit, and the sweeper
+// then sees it on the row it locks (recoverSet).
 func MarkStarted(ctx context.Context, db DBTX, f Fence) (found bool, err error) {
 	tag, err := db.Exec(ctx, startSQL, f.ID, f.Token, f.Type)
 	if err != nil {
@@ -569,29 +604,38 @@ WITH expired AS (
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-), routed AS (
-    SELECT e.id,
-        pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) AS next_state,
-        e.lease_owner
-    FROM pgoutbox.effects e JOIN expired USING (id)
 )
 UPDATE pgoutbox.effects e
-SET state = r.next_state,
-    available_at = CASE WHEN r.next_state = 'available' THEN now() ELSE e.available_at END,
-    dead_lettered_at = CASE WHEN r.next_state = 'dead_letter' THEN now() END,
-    reconciliation_at = CASE WHEN r.next_state = 'reconciliation_required' THEN now() END,
-    lease_token = NULL, lease_expires_at = NULL,
-    last_error = 'lease expired (owner ' || coalesce(r.lease_owner, '?') || ')'
-FROM routed r
-WHERE e.id = r.id AND e.state::text = 'leased'
+SET ` + recoverSet + `,
+    last_error = 'lease expired (owner ' || coalesce(e.lease_owner, '?') || ')'
+FROM expired x
+WHERE e.id = x.id AND e.state::text = 'leased'
 RETURNING e.id, e.queue, e.effect_type, e.state::text`
+
+// recoverSet routes a recovered lease (sweep, requeue-stale) by
+// pgoutbox.recovered_state of the row being updated. Every e.* in a SET
+// list is the row the UPDATE locked: when a concurrent transaction changed
+// it after the statement's snapshot (a late worker committing
+// delivery_started_at), PostgreSQL re-reads the newest version before
+// evaluating the SET list. A route computed in a CTE that re-reads the
+// table would see the snapshot's version instead and could send a started
+// dispatch back to available.
+const recoverSet = `state = pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts),
+    available_at = CASE WHEN pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) = 'available'
+        THEN now() ELSE e.available_at END,
+    dead_lettered_at = CASE WHEN pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) = 'dead_letter'
+        THEN now() END,
+    reconciliation_at = CASE WHEN pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) = 'reconciliation_required'
+        THEN now() END,
+    lease_token = NULL, lease_expires_at = NULL`
 
 // Sweep recovers up to limit leases that expired more than grace ago
 // (database clock), routed by pgoutbox.recovered_state (migration 00002), the
-// one definition shared with requeue-stale: a started non-replay-safe effect
-// goes to reconciliation_required, an exhausted one to dead_letter, any other
-// back to available. Concurrent sweepers skip each other's rows, so each lease is
-// recovered once.
+// one definition shared with requeue-stale and shutdown releases: a started
+// non-replay-safe effect goes to reconciliation_required, an exhausted one to
+// dead_letter, any other back to available. The route is decided from the
+// locked row (recoverSet), never from the statement's snapshot. Concurrent
+// sweepers skip each other's rows, so each lease is recovered once.
 func Sweep(ctx context.Context, db DBTX, limit int, grace time.Duration) ([]Rescued, error) {
 	rows, err := db.Query(ctx, sweepSQL, limit, grace.Seconds())
 	if err != nil {
@@ -617,9 +661,37 @@ WHERE id IN (
 
 // Prune deletes up to limit completed effects older than retention and
 // returns how many it deleted. Dead letters and reconciliation records are
-// never pruned.
+// never pruned. The effects' key rows stay (PruneKeys deletes them later).
 func Prune(ctx context.Context, db DBTX, retention time.Duration, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, pruneSQL, retention.Seconds(), limit)
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// pruneKeysSQL deletes the oldest key rows past the key retention whose
+// effect no longer exists (migration 00007): one primary-key probe of the
+// effects per candidate. A key whose effect is kept (a dead letter, a
+// reconciliation record, a completed effect within its own retention) is
+// never deleted.
+const pruneKeysSQL = `
+DELETE FROM pgoutbox.effect_keys
+WHERE ctid = ANY(ARRAY(
+    SELECT k.ctid FROM pgoutbox.effect_keys k
+    WHERE k.created_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM pgoutbox.effects e WHERE e.id = k.effect_id)
+    ORDER BY k.created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+))`
+
+// PruneKeys deletes up to limit idempotency keys first enqueued more than
+// retention ago (database clock) whose effect is gone, and returns how many
+// it deleted. Until then enqueuing such a key returns the pruned effect's id
+// and writes nothing.
+func PruneKeys(ctx context.Context, db DBTX, retention time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, pruneKeysSQL, retention.Seconds(), limit)
 	if err != nil {
 		return 0, MapError(err)
 	}

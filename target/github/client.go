@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,48 @@ import (
 
 // responseLimit bounds how much of a response body is read.
 const responseLimit = 4 << 20
+
+// Pagination of the list calls.
+const (
+	// PerPage is the page size the list calls ask for: GitHub's maximum.
+	PerPage = 100
+	// MaxPages bounds the pages one list call reads (10,000 items).
+	MaxPages = 100
+	// SearchLimit is the most results GitHub returns for a workflow-run
+	// listing filtered by actor, branch, check_suite_id, created, event,
+	// head_sha or status ("List workflow runs for a workflow").
+	SearchLimit = 1000
+)
+
+// CheckRunConclusions are the conclusions a Check Run may be given on create
+// or update (GitHub's "Update a check run"). GitHub's own "stale" is not
+// among them: only GitHub may set it.
+var CheckRunConclusions = []string{"action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out"}
+
+// CheckRunConclusion maps a workflow run's conclusion to one a Check Run may
+// be given, never to one that reads as more successful than the run was:
+//
+//   - success, failure, neutral, cancelled, skipped, timed_out and
+//     action_required are kept;
+//   - stale (GitHub gave up on a run left incomplete) becomes timed_out;
+//   - startup_failure (the workflow file could not start) becomes failure;
+//   - "" (null: no conclusion) becomes neutral;
+//   - anything else (a conclusion GitHub may add later) becomes
+//     action_required: someone has to look.
+func CheckRunConclusion(workflowConclusion string) string {
+	switch workflowConclusion {
+	case "stale":
+		return "timed_out"
+	case "startup_failure":
+		return "failure"
+	case "":
+		return "neutral"
+	}
+	if slices.Contains(CheckRunConclusions, workflowConclusion) {
+		return workflowConclusion
+	}
+	return "action_required"
+}
 
 // Client calls the GitHub REST endpoints the release control plane needs,
 // as an installation, and classifies every failure as a pgoutbox outcome
@@ -71,6 +114,10 @@ type WorkflowRun struct {
 	HeadSHA      string    `json:"head_sha"`
 	CreatedAt    time.Time `json:"created_at"`
 	HTMLURL      string    `json:"html_url"`
+	// WorkflowID and Path name the run's workflow (Path is its file,
+	// ".github/workflows/release.yml").
+	WorkflowID int64  `json:"workflow_id"`
+	Path       string `json:"path"`
 }
 
 // DispatchResult is the answer to a dispatch with return_run_details.
@@ -88,18 +135,26 @@ func repoPath(fullName string) (string, error) {
 	return "/repos/" + url.PathEscape(owner) + "/" + url.PathEscape(name), nil
 }
 
-// ListCheckRuns lists the Check Runs named name on ref (a commit SHA).
+// ListCheckRuns lists the Check Runs named name on ref (a commit SHA),
+// following GitHub's pagination (Link rel="next", 100 per page) to the last
+// page.
 func (c *Client) ListCheckRuns(ctx context.Context, installationID int64, repo, ref, name string) ([]CheckRun, error) {
 	p, err := repoPath(repo)
 	if err != nil {
 		return nil, err
 	}
-	q := url.Values{"check_name": {name}, "filter": {"all"}, "per_page": {"100"}}
-	var out struct {
-		CheckRuns []CheckRun `json:"check_runs"`
-	}
-	err = c.do(ctx, installationID, http.MethodGet, p+"/commits/"+url.PathEscape(ref)+"/check-runs?"+q.Encode(), nil, &out, true)
-	return out.CheckRuns, err
+	q := url.Values{"check_name": {name}, "filter": {"all"}, "per_page": {strconv.Itoa(PerPage)}}
+	var all []CheckRun
+	_, err = c.pages(ctx, installationID, p+"/commits/"+url.PathEscape(ref)+"/check-runs?"+q.Encode(), func(data []byte) (int, error) {
+		var page struct {
+			TotalCount int        `json:"total_count"`
+			CheckRuns  []CheckRun `json:"check_runs"`
+		}
+		err := json.Unmarshal(data, &page)
+		all = append(all, page.CheckRuns...)
+		return page.TotalCount, err
+	})
+	return dedupe(all, func(r CheckRun) int64 { return r.ID }), err
 }
 
 // CreateCheckRun creates an in-progress Check Run.
@@ -117,11 +172,18 @@ func (c *Client) CreateCheckRun(ctx context.Context, installationID int64, repo,
 	return out, err
 }
 
-// CompleteCheckRun sets a Check Run's conclusion.
+// CompleteCheckRun sets a Check Run's conclusion, which must be one a Check
+// Run may be given (CheckRunConclusions; GitHub alone sets "stale"):
+// anything else is refused as permanent without a request. Map a workflow
+// run's conclusion with CheckRunConclusion first.
 func (c *Client) CompleteCheckRun(ctx context.Context, installationID int64, repo string, checkRunID int64, conclusion string) error {
 	p, err := repoPath(repo)
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(CheckRunConclusions, conclusion) {
+		return pgoutbox.Permanent(fmt.Errorf("github: %q is not a conclusion a Check Run may be given (one of %s)",
+			conclusion, strings.Join(CheckRunConclusions, ", ")))
 	}
 	body := map[string]any{"status": "completed", "conclusion": conclusion}
 	return c.do(ctx, installationID, http.MethodPatch, p+"/check-runs/"+strconv.FormatInt(checkRunID, 10), body, nil, true)
@@ -145,42 +207,167 @@ func (c *Client) DispatchWorkflow(ctx context.Context, installationID int64, rep
 }
 
 // ListWorkflowRuns lists the workflow_dispatch runs of workflow created at
-// or after since.
+// or after since, following GitHub's pagination (Link rel="next", 100 per
+// page) to the last page. GitHub returns at most SearchLimit runs for a
+// filtered listing; when the window holds that many or more (or fewer came
+// back than GitHub counted) the answer would be incomplete, so it is an
+// error naming the counts instead.
 func (c *Client) ListWorkflowRuns(ctx context.Context, installationID int64, repo, workflow string, since time.Time) ([]WorkflowRun, error) {
 	p, err := repoPath(repo)
 	if err != nil {
 		return nil, err
 	}
-	q := url.Values{"event": {"workflow_dispatch"}, "per_page": {"100"},
+	q := url.Values{"event": {"workflow_dispatch"}, "per_page": {strconv.Itoa(PerPage)},
 		"created": {">=" + since.UTC().Format(time.RFC3339)}}
-	var out struct {
-		WorkflowRuns []WorkflowRun `json:"workflow_runs"`
+	var all []WorkflowRun
+	total, err := c.pages(ctx, installationID, p+"/actions/workflows/"+url.PathEscape(workflow)+"/runs?"+q.Encode(), func(data []byte) (int, error) {
+		var page struct {
+			TotalCount   int           `json:"total_count"`
+			WorkflowRuns []WorkflowRun `json:"workflow_runs"`
+		}
+		err := json.Unmarshal(data, &page)
+		all = append(all, page.WorkflowRuns...)
+		return page.TotalCount, err
+	})
+	if err != nil {
+		return nil, err
 	}
-	err = c.do(ctx, installationID, http.MethodGet, p+"/actions/workflows/"+url.PathEscape(workflow)+"/runs?"+q.Encode(), nil, &out, true)
-	return out.WorkflowRuns, err
+	all = dedupe(all, func(r WorkflowRun) int64 { return r.ID })
+	if len(all) >= SearchLimit || len(all) < total {
+		return nil, pgoutbox.Permanent(fmt.Errorf("github: list workflow runs: %d runs listed of %d counted since %s, "+
+			"and GitHub lists at most %d per filtered search: the listing may be incomplete",
+			len(all), total, since.UTC().Format(time.RFC3339), SearchLimit))
+	}
+	return all, nil
 }
 
-// do sends one request as the installation and classifies the outcome.
+// pages GETs path and every page its Link header's rel="next" names, handing
+// each 2xx body to page, which decodes it and returns the total_count it
+// states. It returns the first page's total_count. A next link must stay on
+// the API's scheme, host and path (the token is never sent elsewhere), may
+// not repeat, and at most MaxPages pages are read.
+func (c *Client) pages(ctx context.Context, installationID int64, path string, page func([]byte) (int, error)) (int, error) {
+	base, err := url.Parse(c.api)
+	if err != nil {
+		return 0, pgoutbox.Permanent(fmt.Errorf("github: API URL: %w", err))
+	}
+	target := c.api + path
+	op := "GET " + strings.SplitN(path, "?", 2)[0]
+	seen := map[string]bool{}
+	first := -1
+	for n := 0; ; n++ {
+		if n == MaxPages {
+			return 0, pgoutbox.Permanent(fmt.Errorf("github: %s: more than %d pages", op, MaxPages))
+		}
+		seen[target] = true
+		var body []byte
+		h, err := c.send(ctx, installationID, http.MethodGet, target, nil, &body, true)
+		if err != nil {
+			return 0, err
+		}
+		total, err := page(body)
+		if err != nil {
+			return 0, pgoutbox.Retry(fmt.Errorf("github: %s: malformed page %d: %v", op, n+1, err))
+		}
+		if first < 0 {
+			first = total
+		}
+		next, ok := nextLink(h.Values("Link"))
+		if !ok {
+			return first, nil
+		}
+		u, err := base.Parse(next)
+		if err != nil || u.Scheme != base.Scheme || u.Host != base.Host ||
+			!strings.HasPrefix(u.Path, strings.TrimRight(base.Path, "/")+"/") {
+			return 0, pgoutbox.Permanent(fmt.Errorf("github: %s: the next-page link leaves the API (%s)", op, u.Redacted()))
+		}
+		if target = u.String(); seen[target] {
+			return 0, pgoutbox.Permanent(fmt.Errorf("github: %s: the next-page link repeats page %s", op, u.RawQuery))
+		}
+	}
+}
+
+// nextLink returns the URL of rel="next" in RFC 8288 Link header values.
+func nextLink(values []string) (string, bool) {
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			target, params, ok := strings.Cut(strings.TrimSpace(part), ";")
+			target = strings.TrimSpace(target)
+			if !ok || !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
+				continue
+			}
+			for p := range strings.SplitSeq(params, ";") {
+				k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+				if !strings.EqualFold(strings.TrimSpace(k), "rel") {
+					continue
+				}
+				for rel := range strings.FieldsSeq(strings.Trim(strings.TrimSpace(val), `"`)) {
+					if strings.EqualFold(rel, "next") {
+						return target[1 : len(target)-1], true
+					}
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// dedupe keeps the first item of every id: a list that changes while it is
+// paged through can repeat an item on the next page.
+func dedupe[T any](items []T, id func(T) int64) []T {
+	seen := make(map[int64]bool, len(items))
+	out := items[:0]
+	for _, it := range items {
+		if !seen[id(it)] {
+			seen[id(it)] = true
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// do sends one request to the API path as the installation, decodes a 2xx
+// JSON body into out (when not nil) and classifies the outcome.
 func (c *Client) do(ctx context.Context, installationID int64, method, path string, body, out any, idempotent bool) error {
+	var data []byte
+	if _, err := c.send(ctx, installationID, method, c.api+path, body, &data, idempotent); err != nil {
+		return err
+	}
+	if out != nil && len(bytes.TrimSpace(data)) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			err := fmt.Errorf("github: %s %s: malformed response: %v", method, strings.SplitN(path, "?", 2)[0], err)
+			if idempotent {
+				return pgoutbox.Retry(err)
+			}
+			return pgoutbox.Ambiguous(err)
+		}
+	}
+	return nil
+}
+
+// send sends one request to the absolute URL target as the installation and
+// classifies the outcome; on a 2xx it stores the body in *data and returns
+// the response headers.
+func (c *Client) send(ctx context.Context, installationID int64, method, target string, body any, data *[]byte, idempotent bool) (http.Header, error) {
 	token, err := c.tokens.Token(ctx, installationID)
 	if err != nil {
 		var te *TokenError
 		if errors.As(err, &te) && !te.Temporary() {
-			return pgoutbox.Permanent(err)
+			return nil, pgoutbox.Permanent(err)
 		}
-		return pgoutbox.Retry(err) // nothing was sent
+		return nil, pgoutbox.Retry(err) // nothing was sent
 	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return pgoutbox.Permanent(err)
+			return nil, pgoutbox.Permanent(err)
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.api+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return pgoutbox.Permanent(fmt.Errorf("github: build request: %w", err))
+		return nil, pgoutbox.Permanent(fmt.Errorf("github: build request: %w", err))
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/vnd.github+json")
@@ -189,31 +376,37 @@ func (c *Client) do(ctx context.Context, installationID int64, method, path stri
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	op := method + " " + strings.SplitN(path, "?", 2)[0]
+	op := method + " " + strings.TrimPrefix(req.URL.Path, strings.TrimRight(c.apiPath(), "/"))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		err = fmt.Errorf("github: %s: %w", op, scrub(err, token))
 		if idempotent || neverSent(err) {
-			return pgoutbox.Retry(err)
+			return nil, pgoutbox.Retry(err)
 		}
-		return pgoutbox.Ambiguous(err)
+		return nil, pgoutbox.Ambiguous(err)
 	}
 	defer resp.Body.Close()
-	data, readErr := io.ReadAll(io.LimitReader(resp.Body, responseLimit))
+	b, readErr := io.ReadAll(io.LimitReader(resp.Body, responseLimit))
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if readErr == nil && out != nil && len(bytes.TrimSpace(data)) > 0 {
-			readErr = json.Unmarshal(data, out)
-		}
 		if readErr != nil {
 			err := fmt.Errorf("github: %s: malformed %d response: %v", op, resp.StatusCode, readErr)
 			if idempotent {
-				return pgoutbox.Retry(err)
+				return nil, pgoutbox.Retry(err)
 			}
-			return pgoutbox.Ambiguous(err)
+			return nil, pgoutbox.Ambiguous(err)
 		}
-		return nil
+		*data = b
+		return resp.Header, nil
 	}
-	return classify(op, resp, data, idempotent, c.tokens, installationID)
+	return nil, classify(op, resp, b, idempotent, c.tokens, installationID)
+}
+
+// apiPath is the path part of the API URL ("" for api.github.com).
+func (c *Client) apiPath() string {
+	if u, err := url.Parse(c.api); err == nil {
+		return u.Path
+	}
+	return ""
 }
 
 // classify maps a non-2xx answer to an outcome.
@@ -234,6 +427,8 @@ func classify(op string, resp *http.Response, data []byte, idempotent bool, toke
 	case code == http.StatusUnauthorized:
 		tokens.Invalidate(installationID)
 		return pgoutbox.Permanent(err)
+	case code == http.StatusNotFound:
+		return pgoutbox.Permanent(&notFoundError{err})
 	case code == http.StatusForbidden, code == http.StatusNotFound, code == http.StatusUnprocessableEntity,
 		code == http.StatusBadRequest, code == http.StatusGone:
 		return pgoutbox.Permanent(err)

@@ -22,6 +22,14 @@
 // default configset), which optimistic concurrency and real-time get rely
 // on.
 //
+// # Field names
+//
+// Record fields are sent under [FieldName]: names Solr's reference guide
+// allows are kept, reserved and invalid ones (_childDocuments_, "", a
+// hyphen, a leading digit…) are mapped deterministically and one-to-one
+// under MappedFieldPrefix, so no record dead-letters on a name and no field
+// overrides id, _version_ or the handler's own fields.
+//
 // # Outcomes
 //
 // Errors are pgoutbox outcomes: 5xx, 408, 429 and transport errors are

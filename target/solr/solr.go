@@ -96,9 +96,10 @@ type Document struct {
 	SourceHash string
 	// Fields are the record's top-level fields (from encoding/json with
 	// UseNumber). Nested objects, and arrays holding objects, are sent as JSON
-	// strings (Solr would read them as child documents); "id" and Solr's
-	// reserved fields (_version_, _root_, _nest_path_, _nest_parent_) are
-	// dropped.
+	// strings (Solr would read them as child documents); "id" (the record id,
+	// sent as the uniqueKey) is not sent again; every other name is sent as
+	// FieldName maps it, so no field is dropped and none reaches Solr under a
+	// reserved or invalid name.
 	Fields map[string]any
 }
 
@@ -166,11 +167,10 @@ func (c *Client) Upsert(ctx context.Context, doc Document) (Result, error) {
 	}
 	body := make(map[string]any, len(doc.Fields)+4)
 	for k, v := range doc.Fields {
-		switch k {
-		case "id", "_version_", "_root_", "_nest_path_", "_nest_parent_", VersionField, HashField:
+		if k == "id" {
 			continue
 		}
-		body[k] = flatten(v)
+		body[FieldName(k)] = flatten(v)
 	}
 	body["id"] = doc.ID
 	body[VersionField] = doc.Version
@@ -200,6 +200,65 @@ func (c *Client) Upsert(ctx context.Context, doc Document) (Result, error) {
 		}
 	}
 	return "", pgoutbox.Retry(fmt.Errorf("solr: document %q: version conflict persisted after %d attempts", doc.ID, ConflictRetries))
+}
+
+// MappedFieldPrefix starts the Solr name of every record field whose own
+// name Solr does not take as is (see FieldName).
+const MappedFieldPrefix = "pgoutbox_x_"
+
+// FieldName is the Solr field a record field is written to. Solr's
+// reference guide ("Fields"): field names should consist of alphanumeric or
+// underscore characters only and not start with a digit, and names with both
+// leading and trailing underscores (_version_, _root_, _nest_path_,
+// _childDocuments_…) are reserved. A name that follows those rules, and
+// does not start with "pgoutbox_" (the handler's own fields,
+// VersionField and HashField, live there), is kept as is. Any other name —
+// empty, reserved, with another character (a hyphen, a dot, a space,
+// non-ASCII), starting with a digit or with "pgoutbox_" — is mapped to
+// MappedFieldPrefix followed by the name with every ASCII letter and digit
+// kept, "_" written "__" and every other byte "_" and two lowercase hex
+// digits: "_childDocuments_" → "pgoutbox_x___childDocuments__",
+// "date-created" → "pgoutbox_x_date_2dcreated", "" → "pgoutbox_x_". The
+// mapping is deterministic and one-to-one (a kept name never starts with
+// "pgoutbox_"; the escaping decodes uniquely), so two record fields never
+// share a Solr field.
+func FieldName(name string) string {
+	if validFieldName(name) && !strings.HasPrefix(name, "pgoutbox_") {
+		return name
+	}
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.WriteString(MappedFieldPrefix)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9':
+			b.WriteByte(c)
+		case c == '_':
+			b.WriteString("__")
+		default:
+			b.WriteByte('_')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
+}
+
+// validFieldName reports whether Solr's reference guide lets a document
+// use name: ASCII letters, digits and underscores, not starting with a
+// digit, and not reserved (leading and trailing underscore).
+func validFieldName(name string) bool {
+	if name == "" || ('0' <= name[0] && name[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return !(name[0] == '_' && name[len(name)-1] == '_')
 }
 
 // flatten turns nested objects (and arrays holding objects or arrays) into

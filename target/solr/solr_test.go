@@ -200,3 +200,55 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFieldNamesSolrRefusesAreMapped: reserved and invalid record field
+// names reach Solr under FieldName's deterministic, one-to-one mapping,
+// which the emulator (enforcing the reference guide's rules) accepts; no
+// field is dropped and none overrides the handler's own.
+func TestFieldNamesSolrRefusesAreMapped(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]string{
+		"title": "title", "_private": "_private", "a1_B2": "a1_B2",
+		"":                   "pgoutbox_x_",
+		"_childDocuments_":   "pgoutbox_x___childDocuments__",
+		"_version_":          "pgoutbox_x___version__",
+		"date-created":       "pgoutbox_x_date_2dcreated",
+		"1st":                "pgoutbox_x_1st",
+		"título":             "pgoutbox_x_t_c3_adtulo",
+		"pgoutbox_version_l": "pgoutbox_x_pgoutbox__version__l",
+	} {
+		if got := solr.FieldName(name); got != want {
+			t.Errorf("FieldName(%q) = %q, want %q", name, got, want)
+		}
+	}
+	// One-to-one over names built to collide under a careless escaping.
+	seen := map[string]string{}
+	for _, name := range []string{"", "_", "__", "___", "a-b", "a_2db", "a__2db", "a_b", "a__b", "_a_", "__a__",
+		"pgoutbox_x_", "pgoutbox_x__", "x", "pgoutbox_", "a.b", "a_2eb", "é", "_c3_a9", "a-b.", "a_2db."} {
+		got := solr.FieldName(name)
+		if other, dup := seen[got]; dup {
+			t.Errorf("FieldName(%q) = FieldName(%q) = %q", name, other, got)
+		}
+		seen[got] = name
+	}
+
+	c, s := setup(t, nil)
+	fields := map[string]any{"id": "r1", "title": "kept", "_childDocuments_": "not a child", "": "empty",
+		"date-created": "2026", "_root_": "r", "pgoutbox_version_l": json.Number("99"), "título": "t"}
+	res, err := c.Upsert(context.Background(), solr.Document{ID: "r1", Version: 4, SourceHash: "h", Fields: fields})
+	if err != nil || res != solr.Written {
+		t.Fatalf("upsert: %v %v", res, err)
+	}
+	d := s.Doc(core, "r1")
+	for name, v := range fields {
+		if name == "id" {
+			continue
+		}
+		if d[solr.FieldName(name)] != v {
+			t.Errorf("field %q: Solr holds %v under %q, want %v", name, d[solr.FieldName(name)], solr.FieldName(name), v)
+		}
+	}
+	if d[solr.VersionField] != json.Number("4") || d["id"] != "r1" {
+		t.Errorf("the handler's fields were overridden: %v", d)
+	}
+}

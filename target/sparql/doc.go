@@ -10,15 +10,19 @@
 // record. The graph (and subject) IRI is GraphPrefix + the percent-encoded
 // record id; each top-level field becomes one triple per value with the
 // predicate FieldPrefix + the percent-encoded field name: strings as plain
-// literals, integers as xsd:integer, other numbers as xsd:double, booleans
-// as xsd:boolean, nested objects and arrays of objects as rdf:JSON literals,
+// literals, numbers exactly (xsd:integer within int64, else xsd:decimal up
+// to MaxDecimalDigits digits and MaxFractionDigits after the point, else a
+// plain literal of the number's text; never xsd:double), booleans as
+// xsd:boolean, nested objects and arrays of objects as rdf:JSON literals,
 // arrays of scalars as one triple per element; null is omitted. Two
 // bookkeeping triples hold the record version (VersionPredicate) and source
-// hash (HashPredicate).
+// hash (HashPredicate). String literals read back exactly whether or not the
+// parser expands codepoint escapes before parsing (SPARQL 1.1 §19.2).
 //
 // The update is sent as the "update" form parameter
 // (application/x-www-form-urlencoded, SPARQL 1.1 Protocol §2.2.1), with HTTP
-// basic auth when a username is set. Errors are pgoutbox outcomes: 5xx, 408,
+// basic auth when a username is set; with Config.GraphStoreURL the graph is
+// instead replaced by a Graph Store Protocol PUT of N-Triples. Errors are pgoutbox outcomes: 5xx, 408,
 // 429 and transport errors retry (Retry-After honoured), any other 4xx is
 // permanent; error text never carries the password.
 //

@@ -43,7 +43,7 @@ func TestUpdateText(t *testing.T) {
 		"DROP SILENT GRAPH <" + g + "> ;\nINSERT DATA { GRAPH <" + g + "> {",
 		`<urn:pgoutbox:field:title> "say \"hi\"\n" .`,
 		`<urn:pgoutbox:field:n> "42"^^<http://www.w3.org/2001/XMLSchema#integer>`,
-		`<urn:pgoutbox:field:f> "1.5E+00"^^<http://www.w3.org/2001/XMLSchema#double>`,
+		`<urn:pgoutbox:field:f> "1.5"^^<http://www.w3.org/2001/XMLSchema#decimal>`,
 		`<urn:pgoutbox:field:ok> "true"^^<http://www.w3.org/2001/XMLSchema#boolean>`,
 		`<urn:pgoutbox:field:tags> "x" .`, `<urn:pgoutbox:field:tags> "y" .`,
 		`<urn:pgoutbox:field:meta> "{\"k\":\"v\"}"^^<http://www.w3.org/1999/02/22-rdf-syntax-ns#JSON>`,
@@ -117,6 +117,10 @@ func TestConfigValidate(t *testing.T) {
 		{sparql.Config{UpdateURL: "http://u:p@v/sparql"}, "must not carry credentials"},
 		{sparql.Config{UpdateURL: "file:///x"}, "http(s)"},
 		{sparql.Config{UpdateURL: "http://v/sparql", Password: "p"}, "GRAPHDB_USERNAME"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "ftp://v/gsp"}, "GRAPHDB_GRAPH_STORE_URL is not an http(s) URL"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "http://u:p@v/gsp"}, "must not carry credentials"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphPrefix: "urn:x> <urn:y"}, "GRAPHDB_GRAPH_PREFIX"},
+		{sparql.Config{UpdateURL: "http://v/sparql", FieldPrefix: `urn:\u003E`}, "field prefix"},
 	} {
 		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
 )
@@ -39,14 +40,51 @@ END $$;
 CREATE TRIGGER effects_history AFTER UPDATE ON pgoutbox.effects
     FOR EACH ROW EXECUTE FUNCTION public.record_effect_history();`
 
+// shiftClockSQL moves the database clock of the test's database a day
+// ahead of the process's clock, for sessions whose search_path puts public
+// before pg_catalog: there the engine's unqualified now() and
+// statement_timestamp() resolve to these functions. A schedule computed on
+// the process's clock (time.Now() + delay) is then a day in the database's
+// past, claimed at once; only the database's clock explains a retry that
+// waits for its Retry-After.
+const shiftClockSQL = `
+CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE sql STABLE AS
+$$ SELECT pg_catalog.now() + interval '1 day' $$;
+CREATE FUNCTION public.statement_timestamp() RETURNS timestamptz LANGUAGE sql STABLE AS
+$$ SELECT pg_catalog.statement_timestamp() + interval '1 day' $$;`
+
+// shiftedPool returns a pool of d whose sessions see the shifted clock.
+func shiftedPool(t *testing.T, ctx context.Context, d *db) *pgxpool.Pool {
+	t.Helper()
+	d.exec(t, ctx, shiftClockSQL)
+	cfg, err := pgxpool.ParseConfig(d.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = "public, pg_catalog"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var ahead time.Duration
+	if err := pool.QueryRow(ctx, `SELECT now() - pg_catalog.now()`).Scan(&ahead); err != nil || ahead != 24*time.Hour {
+		t.Fatalf("the shifted database clock is %s ahead of the real one (%v), want 24h", ahead, err)
+	}
+	return pool
+}
+
 // Scenario 4: the target answers 503, then 429 with Retry-After: 7, then
 // 200. The retry after the 429 is not claimed before the database's now()
-// at the failure + 7 s; scheduled and observed delays are reported.
+// at the failure + 7 s; scheduled and observed delays are reported. The
+// database clock runs a day ahead of the process's (shiftClockSQL), so a
+// schedule taken from the process's clock fails every check below.
 func TestRetryAfterUsesDatabaseClock(t *testing.T) {
 	long(t)
 	ctx := timeout(t, 2*time.Minute)
 	d := newDB(t)
 	d.exec(t, ctx, historySQL)
+	d.pool = shiftedPool(t, ctx, d)
 	const retryAfter = 7
 	var n atomic.Int64
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

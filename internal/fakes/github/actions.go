@@ -378,12 +378,22 @@ func (s *Server) listWorkflowRuns(r *http.Request, p principal) reply {
 		matched = append(matched, run)
 	}
 	slices.SortFunc(matched, func(a, b *WorkflowRun) int { return cmpDesc(a.ID, b.ID) })
+	total := len(matched)
+	// "This endpoint will return up to 1,000 results for each search when
+	// using the following parameters: actor, branch, check_suite_id,
+	// created, event, head_sha, status." total_count still counts them all.
+	for _, f := range []string{"actor", "branch", "check_suite_id", "created", "event", "head_sha", "status"} {
+		if q.Get(f) != "" && len(matched) > SearchLimit {
+			matched = matched[:SearchLimit]
+			break
+		}
+	}
 	page, perPage := pagination(q)
 	items := []any{}
 	for _, run := range paginate(matched, page, perPage) {
 		items = append(items, s.runJSON(run, apiBase(r)))
 	}
-	out := jsonReply(http.StatusOK, map[string]any{"total_count": len(matched), "workflow_runs": items})
+	out := jsonReply(http.StatusOK, map[string]any{"total_count": total, "workflow_runs": items})
 	out.header = linkHeader(r, page, perPage, len(matched))
 	return out
 }

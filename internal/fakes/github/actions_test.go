@@ -240,3 +240,40 @@ func TestListWorkflowRunsFilters(t *testing.T) {
 		t.Errorf("unknown run: HTTP %d", r.status)
 	}
 }
+
+// TestIDsAreNeverHandedOutTwice: GitHub's ids are unique forever, so a
+// second emulator (a second demo against the same database) must not give a
+// workflow run or check run an id the first one gave.
+func TestIDsAreNeverHandedOutTwice(t *testing.T) {
+	runIDs := map[int64]bool{}
+	for i := range 2 {
+		b := setup(t, fakegh.Options{})
+		must(t, b.srv.SetRef(repoName, "refs/tags/v1.2.3", sha))
+		resp := b.do(t, http.MethodPost, dispatchPath, b.token, map[string]any{
+			"ref": "v1.2.3", "inputs": releaseInputs(12, 3), "return_run_details": true,
+		})
+		if resp.status != http.StatusOK {
+			t.Fatalf("emulator %d: HTTP %d %s", i, resp.status, resp.body)
+		}
+		var details struct {
+			WorkflowRunID int64 `json:"workflow_run_id"`
+		}
+		resp.decode(t, &details)
+		if runIDs[details.WorkflowRunID] {
+			t.Fatalf("emulator %d handed out workflow run id %d again", i, details.WorkflowRunID)
+		}
+		runIDs[details.WorkflowRunID] = true
+		cr := b.do(t, http.MethodPost, "/repos/acme/widgets/check-runs", b.token, map[string]any{"name": "release", "head_sha": sha})
+		if cr.status != http.StatusCreated {
+			t.Fatalf("emulator %d: check run: HTTP %d %s", i, cr.status, cr.body)
+		}
+		var run struct {
+			ID int64 `json:"id"`
+		}
+		cr.decode(t, &run)
+		if runIDs[run.ID] {
+			t.Fatalf("emulator %d handed out check run id %d again (or as a workflow run's)", i, run.ID)
+		}
+		runIDs[run.ID] = true
+	}
+}

@@ -11,10 +11,13 @@ import (
 	"time"
 )
 
-// Check run statuses and conclusions GitHub accepts.
+// Check run statuses and conclusions GitHub accepts on create and update
+// ("Update a check run": "You cannot change a check run conclusion to stale,
+// only GitHub can set this"; the emulator answers 422 for it as for any
+// value outside the enumeration).
 var (
 	checkRunStatuses    = []string{"queued", "in_progress", "completed", "waiting", "requested", "pending"}
-	checkRunConclusions = []string{"action_required", "cancelled", "failure", "neutral", "success", "skipped", "stale", "timed_out"}
+	checkRunConclusions = []string{"action_required", "cancelled", "failure", "neutral", "success", "skipped", "timed_out"}
 )
 
 // CheckRun is a check run as the emulator stores it.

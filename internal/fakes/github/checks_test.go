@@ -144,6 +144,11 @@ func TestCheckRunValidation(t *testing.T) {
 		{"bad status", http.MethodPost, "/repos/acme/widgets/check-runs", map[string]any{"name": "x", "head_sha": sha, "status": "done"}, 422, ""},
 		{"completed without conclusion", http.MethodPost, "/repos/acme/widgets/check-runs", map[string]any{"name": "x", "head_sha": sha, "status": "completed"}, 422, "Invalid request.\n\n\"conclusion\" wasn't supplied."},
 		{"bad conclusion", http.MethodPatch, patchPath, map[string]any{"conclusion": "great"}, 422, ""},
+		// "You cannot change a check run conclusion to stale, only GitHub can
+		// set this" (Update a check run; Create a check run says the same).
+		{"stale conclusion on update", http.MethodPatch, patchPath, map[string]any{"status": "completed", "conclusion": "stale"}, 422,
+			"Invalid request.\n\nFor 'properties/conclusion', \"stale\" is not a valid value."},
+		{"stale conclusion on create", http.MethodPost, "/repos/acme/widgets/check-runs", map[string]any{"name": "x", "head_sha": sha, "conclusion": "stale"}, 422, ""},
 		{"malformed JSON", http.MethodPost, "/repos/acme/widgets/check-runs", "not an object", 400, "Problems parsing JSON"},
 		{"unknown check run", http.MethodPatch, "/repos/acme/widgets/check-runs/12345", map[string]any{"status": "in_progress"}, 404, "Not Found"},
 		{"check run of another repository", http.MethodPatch, "/repos/rival/gadgets/check-runs/" + strconv.FormatInt(created.ID, 10), map[string]any{"status": "in_progress"}, 404, "Not Found"},

@@ -22,13 +22,20 @@
 //     the repository (404 "Not Found" otherwise, as GitHub hides repositories
 //     it will not show you).
 //   - Check runs: list for a ref (check_name, status, filter=latest|all,
-//     app_id, per_page, page), create (name and head_sha required), get,
-//     update.
+//     app_id, per_page, page, with a Link header), create (name and head_sha
+//     required), get, update. A conclusion outside GitHub's enumeration, and
+//     "stale" (only GitHub may set it), answers 422.
+//   - Pagination as GitHub's: page defaults to 1 and per_page to 30, per_page
+//     is capped at 100; a list longer than one page carries a Link header
+//     with rel="prev", "next", "last" and "first" (each only where it
+//     applies); a page past the end is empty.
 //   - Actions: create a workflow dispatch (ref required; declared inputs
 //     checked; at most 25 inputs; return_run_details answers 200 with the run
 //     id and URLs, otherwise 204), list workflow runs of a workflow or of a
 //     repository (created, event, status, branch, actor, head_sha, per_page,
-//     page, with a Link header), get a workflow run, get a workflow. A dispatch
+//     page, with a Link header; with any of those filters at most
+//     [SearchLimit] runs are listed, newest first, while total_count counts
+//     every match), get a workflow run, get a workflow. A dispatch
 //     creates a run whose display_title is the workflow's run-name with
 //     ${{ inputs.* }} and ${{ github.* }} expressions rendered; the documented
 //     release workflow ([ReleaseWorkflow]) is registered on every repository

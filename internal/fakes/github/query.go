@@ -15,6 +15,10 @@ const (
 	perPageMax     = 100
 )
 
+// SearchLimit is the most workflow runs a filtered listing returns (see
+// listWorkflowRuns); pages past it are empty.
+const SearchLimit = 1000
+
 // pagination reads page and per_page as GitHub does: defaults 1 and 30,
 // per_page capped at 100, unparsable values ignored.
 func pagination(q url.Values) (page, perPage int) {

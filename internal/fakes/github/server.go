@@ -247,12 +247,43 @@ func (s *Server) SetDelay(d time.Duration) {
 
 func (s *Server) now() time.Time { return s.opts.Clock() }
 
-// id returns the next id of a kind; kinds start at distinct bases so that an
-// id of one kind is never mistaken for another's.
+// idEpoch is where the clock part of emulator ids starts counting.
+var idEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// globalIDs hands out the ids of check runs, check suites and workflow runs
+// to every Server of the process (see Server.id).
+var globalIDs struct {
+	sync.Mutex
+	next map[string]int64
+}
+
+// id returns the next id of a kind. GitHub's ids are unique forever, so the
+// ids a database may hold from an earlier emulator (an earlier demo against
+// the same database) must never come back: check runs, check suites and
+// workflow runs take their ids from one counter per kind for the whole
+// process, which starts at a distinct prefix for the kind (an id of one kind
+// is never mistaken for another's) plus the milliseconds since 2026-01-01
+// times 1,000 on the wall clock (not Options.Clock, which tests freeze). A
+// later process starts past an earlier one's ids unless that one created
+// more than 1,000 ids per millisecond between their starts. Workflow ids
+// name workflow files and stay small and stable per Server, as on GitHub;
+// dispatch sequence numbers count per Server from 1.
 func (s *Server) id(kind string) int64 {
-	bases := map[string]int64{"check_run": 4_000_000_001, "check_suite": 5_000_000_001, "run": 9_000_000_001, "workflow": 7_000_001, "dispatch": 1}
+	if p, ok := map[string]int64{"check_run": 4, "check_suite": 5, "run": 9}[kind]; ok {
+		globalIDs.Lock()
+		defer globalIDs.Unlock()
+		if globalIDs.next == nil {
+			globalIDs.next = make(map[string]int64)
+		}
+		if globalIDs.next[kind] == 0 {
+			globalIDs.next[kind] = p*1e16 + time.Since(idEpoch).Milliseconds()*1000 + 1
+		}
+		id := globalIDs.next[kind]
+		globalIDs.next[kind]++
+		return id
+	}
 	if s.nextID[kind] == 0 {
-		s.nextID[kind] = bases[kind]
+		s.nextID[kind] = map[string]int64{"workflow": 7_000_001}[kind]
 		if s.nextID[kind] == 0 {
 			s.nextID[kind] = 1
 		}

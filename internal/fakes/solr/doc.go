@@ -28,6 +28,15 @@
 //     basic-auth user and password (compared in constant time), otherwise 401
 //     with WWW-Authenticate: Basic, like the BasicAuthPlugin with
 //     blockUnknown=true.
+//   - Field names as Solr's reference guide ("Fields") states them: ASCII
+//     letters, digits and underscores, not starting with a digit; names with
+//     both leading and trailing underscores are reserved, and of those an
+//     added document may carry only _version_. Any other name — empty, with
+//     a hyphen, a dot or non-ASCII, "1st", "_root_", "_nest_path_" — answers
+//     400 naming the field, as does _childDocuments_ (Solr's key for child
+//     documents, which the emulator does not store).
+//   - Typed dynamic fields of the _default configset (*_i, *_l, *_f, *_d,
+//     *_b, *_dt): a value that does not parse as the type answers 400.
 //   - Errors use Solr's body: {"responseHeader":{"status":N},"error":{"msg",
 //     "code"}}.
 //

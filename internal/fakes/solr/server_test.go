@@ -273,3 +273,46 @@ func TestDynamicFieldTypesAreChecked(t *testing.T) {
 		t.Fatal("a refused document was stored")
 	}
 }
+
+// TestFieldNamesFollowTheReferenceGuide: "Field names should consist of
+// alphanumeric or underscore characters only and not start with a digit
+// ... Names with both leading and trailing underscores (e.g., _version_)
+// are reserved." (Solr Reference Guide, Fields.)
+func TestFieldNamesFollowTheReferenceGuide(t *testing.T) {
+	t.Parallel()
+	s := solr.New(solr.Options{Cores: []string{"c"}})
+	defer s.Close()
+	post := func(body string) (int, string) {
+		resp, err := http.Post(s.URL()+"/c/update?commitWithin=1000", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(`[{"id":"ok","title":"t","_private":1,"trailing_":2,"a1_B2":3,"_version_":0}]`); code != 200 {
+		t.Fatalf("valid names: %d %s", code, body)
+	}
+	for name, want := range map[string]string{
+		"":                 "invalid field name ''",
+		"date-created":     "invalid field name 'date-created'",
+		"dc.title":         "invalid field name 'dc.title'",
+		"with space":       "invalid field name 'with space'",
+		"título":           "invalid field name 'título'",
+		"1st":              "invalid field name '1st'",
+		"_root_":           "field name '_root_' is reserved",
+		"_nest_path_":      "field name '_nest_path_' is reserved",
+		"_":                "field name '_' is reserved",
+		"_childDocuments_": "_childDocuments_ holds child documents",
+	} {
+		body, _ := json.Marshal([]map[string]any{{"id": "bad", name: "x"}})
+		code, msg := post(string(body))
+		if code != 400 || !strings.Contains(msg, want) {
+			t.Errorf("field %q: %d %s, want 400 with %q", name, code, msg, want)
+		}
+	}
+	if s.Doc("c", "bad") != nil || s.Count("c") != 1 {
+		t.Fatalf("a refused document was stored (%d documents)", s.Count("c"))
+	}
+}

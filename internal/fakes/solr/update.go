@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -196,6 +197,11 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) {
 				solrError(w, http.StatusBadRequest, "Invalid _version_ for document "+id)
 				return
 			}
+			if msg := checkFieldNames(id, cmd.doc); msg != "" {
+				s.recordDocsLocked(r, docs)
+				solrError(w, http.StatusBadRequest, msg)
+				return
+			}
 			if msg := checkDynamicFields(id, cmd.doc); msg != "" {
 				s.recordDocsLocked(r, docs)
 				solrError(w, http.StatusBadRequest, msg)
@@ -317,4 +323,47 @@ func checkDynamicFields(id string, d doc) string {
 		}
 	}
 	return ""
+}
+
+// checkFieldNames returns the error for the first field name (in name
+// order) that Solr's reference guide ("Fields") does not let a document
+// use, or "": names consist of ASCII letters, digits and underscores and do
+// not start with a digit; names with both leading and trailing underscores
+// are reserved, and the only one a document may carry is _version_
+// (optimistic concurrency). _childDocuments_ is where Solr reads child
+// documents: it must hold documents, and the emulator stores none, so it is
+// refused either way, as a plain value is by Solr.
+func checkFieldNames(id string, d doc) string {
+	names := make([]string, 0, len(d))
+	for name := range d {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		switch {
+		case name == "_version_":
+		case name == "_childDocuments_":
+			return fmt.Sprintf("ERROR: [doc=%s] _childDocuments_ holds child documents (a JSON object or an array of them); child documents are not emulated", id)
+		case len(name) > 0 && name[0] == '_' && name[len(name)-1] == '_':
+			return fmt.Sprintf("ERROR: [doc=%s] field name '%s' is reserved (leading and trailing underscores)", id, name)
+		case !validName(name):
+			return fmt.Sprintf("ERROR: [doc=%s] invalid field name '%s': field names consist of alphanumeric or underscore characters only and do not start with a digit", id, name)
+		}
+	}
+	return ""
+}
+
+// validName reports whether name consists of ASCII letters, digits and
+// underscores and does not start with a digit.
+func validName(name string) bool {
+	if name == "" || ('0' <= name[0] && name[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -44,6 +44,9 @@ const StartTimeout = 90 * time.Second
 type Server struct {
 	// SPARQLURL is the SPARQL 1.1 query and update endpoint (/sparql).
 	SPARQLURL string
+	// GraphStoreURL is the SPARQL 1.1 Graph Store HTTP Protocol endpoint
+	// (/sparql-graph-crud), writable by the anonymous user.
+	GraphStoreURL string
 	// ISQLPort is the SQL port (isql-vt PORT dba dba).
 	ISQLPort int
 
@@ -226,8 +229,9 @@ func start() (_ *Server, err error) {
 		return nil, fmt.Errorf("start virtuoso-t: %w", err)
 	}
 	s := &Server{
-		SPARQLURL: fmt.Sprintf("http://127.0.0.1:%d/sparql", httpPort),
-		ISQLPort:  isqlPort, dir: dir, cmd: cmd, done: make(chan struct{}), isql: isql,
+		SPARQLURL:     fmt.Sprintf("http://127.0.0.1:%d/sparql", httpPort),
+		GraphStoreURL: fmt.Sprintf("http://127.0.0.1:%d/sparql-graph-crud", httpPort),
+		ISQLPort:      isqlPort, dir: dir, cmd: cmd, done: make(chan struct{}), isql: isql,
 	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	defer func() {
@@ -313,9 +317,22 @@ func tailFile(path string) string {
 	return string(b)
 }
 
-// Select runs a SPARQL SELECT on /sparql and returns its bindings (variable
-// → value of each row).
-func (s *Server) Select(ctx context.Context, query string) ([]map[string]string, error) {
+// Term is one RDF term of a SPARQL JSON result binding.
+type Term struct {
+	// Type is "uri", "literal", "typed-literal" (Virtuoso's name for a typed
+	// literal) or "bnode".
+	Type string `json:"type"`
+	// Value is the IRI or the literal's lexical form as the store returns it.
+	Value string `json:"value"`
+	// Datatype is a typed literal's datatype IRI ("" otherwise).
+	Datatype string `json:"datatype"`
+	// Lang is a literal's language tag ("" otherwise).
+	Lang string `json:"xml:lang"`
+}
+
+// SelectTerms runs a SPARQL SELECT on /sparql and returns its bindings
+// (variable → term of each row).
+func (s *Server) SelectTerms(ctx context.Context, query string) ([]map[string]Term, error) {
 	form := url.Values{"query": {query}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.SPARQLURL, strings.NewReader(form.Encode()))
 	if err != nil {
@@ -334,16 +351,24 @@ func (s *Server) Select(ctx context.Context, query string) ([]map[string]string,
 	}
 	var res struct {
 		Results struct {
-			Bindings []map[string]struct {
-				Value string `json:"value"`
-			} `json:"bindings"`
+			Bindings []map[string]Term `json:"bindings"`
 		} `json:"results"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		return nil, fmt.Errorf("SPARQL query: %w: %s", err, b)
 	}
-	out := make([]map[string]string, 0, len(res.Results.Bindings))
-	for _, row := range res.Results.Bindings {
+	return res.Results.Bindings, nil
+}
+
+// Select runs a SPARQL SELECT on /sparql and returns its bindings (variable
+// → value of each row).
+func (s *Server) Select(ctx context.Context, query string) ([]map[string]string, error) {
+	rows, err := s.SelectTerms(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]string, 0, len(rows))
+	for _, row := range rows {
 		m := map[string]string{}
 		for k, v := range row {
 			m[k] = v.Value
