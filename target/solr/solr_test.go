@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -186,14 +188,19 @@ func TestConfigValidate(t *testing.T) {
 		cfg  solr.Config
 		want string
 	}{
-		{solr.Config{Core: "c"}, "SOLR_BASE_URL is not set"},
-		{solr.Config{BaseURL: "ftp://x", Core: "c"}, "not an http(s) URL"},
-		{solr.Config{BaseURL: "http://u:p@x/solr", Core: "c"}, "must not carry credentials"},
-		{solr.Config{BaseURL: "http://x/solr"}, "SOLR_CORE is not set"},
-		{solr.Config{BaseURL: "http://x/solr", Core: "c", Password: "p"}, "SOLR_USERNAME"},
+		{solr.Config{Core: "c"}, "solr: Config.BaseURL is empty"},
+		{solr.Config{BaseURL: "ftp://x", Core: "c"}, "solr: Config.BaseURL is not an http(s) URL"},
+		{solr.Config{BaseURL: "http://u:p@x/solr", Core: "c"}, "solr: Config.BaseURL must not carry credentials: set Config.Username and Config.Password"},
+		{solr.Config{BaseURL: "http://x/solr"}, "solr: Config.Core is empty"},
+		{solr.Config{BaseURL: "http://x/solr", Core: "c", Password: "p"}, "solr: Config.Password is set but Config.Username is empty"},
 	} {
-		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		// The library names Go fields, never environment variables (the
+		// application that reads the environment maps them).
+		if err := tc.cfg.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+		if _, err := solr.New(tc.cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v): %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
 	if err := (solr.Config{BaseURL: "http://x/solr", Core: "c"}).Validate(); err != nil {
@@ -250,5 +257,41 @@ func TestFieldNamesSolrRefusesAreMapped(t *testing.T) {
 	}
 	if d[solr.VersionField] != json.Number("4") || d["id"] != "r1" {
 		t.Errorf("the handler's fields were overridden: %v", d)
+	}
+}
+
+// TestRetryAfterHTTPDate: a 429 or 503 whose Retry-After is an HTTP-date
+// (RFC 9110) is retried no earlier than that date, measured from the
+// answer's Date; a Retry-After that is neither form is a plain retry.
+func TestRetryAfterHTTPDate(t *testing.T) {
+	t.Parallel()
+	const date = "Tue, 01 Dec 2026 09:00:00 GMT"
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		want       pgoutbox.Outcome
+		after      time.Duration
+	}{
+		{429, "Tue, 01 Dec 2026 09:00:45 GMT", pgoutbox.OutcomeRetryAfter, 45 * time.Second},
+		{503, "Tuesday, 01-Dec-26 09:02:00 GMT", pgoutbox.OutcomeRetryAfter, 2 * time.Minute},
+		{503, "Tue, 01 Dec 2026 08:00:00 GMT", pgoutbox.OutcomeRetryAfter, 0},
+		{429, "-3", pgoutbox.OutcomeRetry, 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Date", date)
+			w.Header().Set("Retry-After", tc.retryAfter)
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte(`{"error":{"msg":"busy","code":` + strconv.Itoa(tc.status) + `}}`))
+		}))
+		c, err := solr.New(solr.Config{BaseURL: srv.URL + "/solr", Core: core})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Upsert(context.Background(), doc(1, "x"))
+		srv.Close()
+		var oe *pgoutbox.OutcomeError
+		if !errors.As(err, &oe) || oe.Outcome != tc.want || oe.After != tc.after || !strings.Contains(err.Error(), "busy") {
+			t.Errorf("HTTP %d Retry-After %q: %v, want %s after %s", tc.status, tc.retryAfter, err, tc.want, tc.after)
+		}
 	}
 }

@@ -106,24 +106,63 @@ func TestRequestAndClassification(t *testing.T) {
 	}
 }
 
+// TestRetryAfterHTTPDate: a 429 or 503 whose Retry-After is an HTTP-date
+// (RFC 9110) is retried no earlier than that date, measured from the
+// answer's Date (before the shared parser, SPARQL read only seconds and
+// made a date a plain retry); garbage is a plain retry.
+func TestRetryAfterHTTPDate(t *testing.T) {
+	t.Parallel()
+	const date = "Tue, 01 Dec 2026 09:00:00 GMT"
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		want       pgoutbox.Outcome
+		after      time.Duration
+	}{
+		{429, "Tue, 01 Dec 2026 09:00:45 GMT", pgoutbox.OutcomeRetryAfter, 45 * time.Second},
+		{503, "Tue Dec  1 09:02:00 2026", pgoutbox.OutcomeRetryAfter, 2 * time.Minute},
+		{503, "12", pgoutbox.OutcomeRetryAfter, 12 * time.Second},
+		{429, "soon", pgoutbox.OutcomeRetry, 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Date", date)
+			w.Header().Set("Retry-After", tc.retryAfter)
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte("store busy"))
+		}))
+		c := newClient(t, sparql.Config{UpdateURL: srv.URL + "/sparql"})
+		err := c.Upsert(context.Background(), sparql.Document{ID: "r1", Version: 1, SourceHash: "h"})
+		srv.Close()
+		var oe *pgoutbox.OutcomeError
+		if !errors.As(err, &oe) || oe.Outcome != tc.want || oe.After != tc.after || !strings.Contains(err.Error(), "store busy") {
+			t.Errorf("HTTP %d Retry-After %q: %v, want %s after %s", tc.status, tc.retryAfter, err, tc.want, tc.after)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		cfg  sparql.Config
 		want string
 	}{
-		{sparql.Config{RepositoryID: "r"}, "GRAPHDB_BASE_URL"},
-		{sparql.Config{BaseURL: "http://g"}, "GRAPHDB_REPOSITORY_ID"},
-		{sparql.Config{UpdateURL: "http://u:p@v/sparql"}, "must not carry credentials"},
-		{sparql.Config{UpdateURL: "file:///x"}, "http(s)"},
-		{sparql.Config{UpdateURL: "http://v/sparql", Password: "p"}, "GRAPHDB_USERNAME"},
-		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "ftp://v/gsp"}, "GRAPHDB_GRAPH_STORE_URL is not an http(s) URL"},
-		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "http://u:p@v/gsp"}, "must not carry credentials"},
-		{sparql.Config{UpdateURL: "http://v/sparql", GraphPrefix: "urn:x> <urn:y"}, "GRAPHDB_GRAPH_PREFIX"},
-		{sparql.Config{UpdateURL: "http://v/sparql", FieldPrefix: `urn:\u003E`}, "field prefix"},
+		{sparql.Config{RepositoryID: "r"}, "sparql: Config.BaseURL is empty (or set Config.UpdateURL)"},
+		{sparql.Config{BaseURL: "http://g"}, "sparql: Config.RepositoryID is empty (or set Config.UpdateURL)"},
+		{sparql.Config{UpdateURL: "http://u:p@v/sparql"}, "sparql: the update URL (Config.UpdateURL or Config.BaseURL) must not carry credentials: set Config.Username and Config.Password"},
+		{sparql.Config{UpdateURL: "file:///x"}, "sparql: the update URL (Config.UpdateURL or Config.BaseURL) is not an http(s) URL"},
+		{sparql.Config{UpdateURL: "http://v/sparql", Password: "p"}, "sparql: Config.Password is set but Config.Username is empty"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "ftp://v/gsp"}, "sparql: Config.GraphStoreURL is not an http(s) URL"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "http://u:p@v/gsp"}, "sparql: Config.GraphStoreURL must not carry credentials: set Config.Username and Config.Password"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphPrefix: "urn:x> <urn:y"}, `sparql: Config.GraphPrefix "urn:x> <urn:y" holds ">", which an IRI may not`},
+		{sparql.Config{UpdateURL: "http://v/sparql", FieldPrefix: `urn:\u003E`}, `sparql: Config.FieldPrefix "urn:\\u003E" holds "\\", which an IRI may not`},
 	} {
-		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		// The library names Go fields, never environment variables (the
+		// application that reads the environment maps them).
+		if err := tc.cfg.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+		if _, err := sparql.New(tc.cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v): %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
 }
