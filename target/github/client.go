@@ -68,7 +68,8 @@ func CheckRunConclusion(workflowConclusion string) string {
 // as an installation, and classifies every failure as a pgoutbox outcome
 // (docs/design.md, "GitHub App auth"): 401/404/422 and 403 "Resource not
 // accessible by integration" are permanent; 403/429 with rate-limit headers
-// retry after the reset or Retry-After; 5xx and transport errors retry for
+// retry after the reset or Retry-After (delay-seconds or an HTTP-date, both
+// measured from the answer's Date); 5xx and transport errors retry for
 // replay-safe calls and are ambiguous for a dispatch (unless the request
 // provably never left: a dial error).
 //
