@@ -72,12 +72,8 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.BaseURL) == "" {
 		return errors.New("solr: Config.BaseURL is empty")
 	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("solr: Config.BaseURL is not an http(s) URL")
-	}
-	if u.User != nil {
-		return errors.New("solr: Config.BaseURL must not carry credentials: set Config.Username and Config.Password")
+	if p := httpout.URLProblem(c.BaseURL); p != "" {
+		return errors.New("solr: Config.BaseURL " + p)
 	}
 	if strings.TrimSpace(c.Core) == "" {
 		return errors.New("solr: Config.Core is empty")
@@ -138,10 +134,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = TimeoutDefault
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
-	}
+	hc := httpout.Client(cfg.HTTPClient, cfg.Timeout)
 	base := strings.TrimRight(cfg.BaseURL, "/") + "/" + url.PathEscape(cfg.Core)
 	return &Client{cfg: cfg, http: hc, update: base + "/update", get: base + "/get"}, nil
 }

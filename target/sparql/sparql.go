@@ -102,20 +102,12 @@ func (c Config) Validate() error {
 			return errors.New("sparql: Config.RepositoryID is empty (or set Config.UpdateURL)")
 		}
 	}
-	u, err := url.Parse(c.Endpoint())
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("sparql: the update URL (Config.UpdateURL or Config.BaseURL) is not an http(s) URL")
-	}
-	if u.User != nil {
-		return errors.New("sparql: the update URL (Config.UpdateURL or Config.BaseURL) must not carry credentials: set Config.Username and Config.Password")
+	if p := httpout.URLProblem(c.Endpoint()); p != "" {
+		return errors.New("sparql: the update URL (Config.UpdateURL or Config.BaseURL) " + p)
 	}
 	if c.GraphStoreURL != "" {
-		u, err := url.Parse(c.GraphStoreURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return errors.New("sparql: Config.GraphStoreURL is not an http(s) URL")
-		}
-		if u.User != nil {
-			return errors.New("sparql: Config.GraphStoreURL must not carry credentials: set Config.Username and Config.Password")
+		if p := httpout.URLProblem(c.GraphStoreURL); p != "" {
+			return errors.New("sparql: Config.GraphStoreURL " + p)
 		}
 	}
 	if c.Password != "" && c.Username == "" {
@@ -163,10 +155,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = TimeoutDefault
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
-	}
+	hc := httpout.Client(cfg.HTTPClient, cfg.Timeout)
 	return &Client{cfg: cfg, http: hc, endpoint: cfg.Endpoint()}, nil
 }
 

@@ -61,6 +61,32 @@ func allDigits(s string) bool {
 	return s != ""
 }
 
+// URLProblem says what makes raw unusable as a target's endpoint, as the
+// end of a sentence naming the setting ("" when usable): "is not an
+// http(s) URL" unless it is an absolute http or https URL with a host, or
+// "must not carry credentials: set Config.Username and Config.Password"
+// when it holds a userinfo (credentials belong in those fields, which error
+// texts never show).
+func URLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "is not an http(s) URL"
+	}
+	if u.User != nil {
+		return "must not carry credentials: set Config.Username and Config.Password"
+	}
+	return ""
+}
+
+// Client is hc, or when hc is nil a new client whose requests time out
+// after timeout.
+func Client(hc *http.Client, timeout time.Duration) *http.Client {
+	if hc == nil {
+		return &http.Client{Timeout: timeout}
+	}
+	return hc
+}
+
 // ServerNow is the server's clock at the answer, from its Date header, or
 // local when the header is absent or malformed. An HTTP-date in Retry-After
 // or a rate-limit reset measured from it does not depend on this host's

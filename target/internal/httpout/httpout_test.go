@@ -136,3 +136,32 @@ func TestTransportError(t *testing.T) {
 		t.Errorf("canceled: %v", got)
 	}
 }
+
+func TestURLProblem(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"http://solr:8983/solr":   "",
+		"https://g.example/x?a=1": "",
+		"ftp://g/x":               "is not an http(s) URL",
+		"/solr":                   "is not an http(s) URL",
+		"http:///solr":            "is not an http(s) URL",
+		"http://%zz":              "is not an http(s) URL",
+		"http://u:p@g/x":          "must not carry credentials: set Config.Username and Config.Password",
+		"https://u@g/x":           "must not carry credentials: set Config.Username and Config.Password",
+	} {
+		if got := URLProblem(raw); got != want {
+			t.Errorf("%q: %q, want %q", raw, got, want)
+		}
+	}
+}
+
+func TestClient(t *testing.T) {
+	t.Parallel()
+	mine := &http.Client{}
+	if Client(mine, time.Second) != mine {
+		t.Error("a given client was replaced")
+	}
+	if c := Client(nil, 7*time.Second); c == nil || c.Timeout != 7*time.Second {
+		t.Errorf("default client: %+v", c)
+	}
+}
