@@ -119,8 +119,9 @@ type TokenError struct {
 	// Message is GitHub's "message" (bounded, credentials scrubbed) or a
 	// description of what was wrong with the response.
 	Message string
-	// RetryAfter is the wait GitHub asked for via Retry-After or, when the
-	// rate limit is exhausted, x-ratelimit-reset; 0 when it asked for none.
+	// RetryAfter is the wait GitHub asked for via Retry-After (seconds or
+	// an HTTP-date) or, when the rate limit is exhausted, x-ratelimit-reset
+	// (a minute when the reset is unreadable); 0 when it asked for none.
 	RetryAfter time.Duration
 }
 
