@@ -257,8 +257,17 @@ func TestSingleLineDatabaseUpgrades(t *testing.T) {
 	if err != nil || len(applied) != 0 {
 		t.Fatalf("upgrade applied %v (%v), want nothing", applied, err)
 	}
-	if d := diff(schemaDump(t, fresh), schemaDump(t, old)); d != "" {
+	freshDump := schemaDump(t, fresh)
+	if d := diff(freshDump, schemaDump(t, old)); d != "" {
 		t.Fatalf("the upgraded database differs from a fresh one (- fresh, + upgraded):\n%s", d)
+	}
+	// The dump sees what it compares: every line's objects and version table.
+	for _, want := range []string{"relation | pgoutbox | effects |", "relation | control_plane | goose_db_version |",
+		"relation | storage_documents | records |", "function | public | boardreadyops_replay_control_plane_outbox |",
+		"trigger | pgoutbox.effects |", "type | pgoutbox | effect_state |"} {
+		if !slices.ContainsFunc(freshDump, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("the schema dump has no %q", want)
+		}
 	}
 	wantVersions := versions(t, fresh)
 	if got := versions(t, old); fmt.Sprint(got) != fmt.Sprint(wantVersions) {
