@@ -81,10 +81,13 @@ var legacyOwners = map[int64]string{
 // Status is one migration's state.
 type Status struct {
 	// Line is the name of the migration's line ("engine", ...).
-	Line    string `json:"line"`
-	Version int64  `json:"version"`
-	Source  string `json:"source"`
-	Applied bool   `json:"applied"`
+	Line string `json:"line"`
+	// Version is the number the file name starts with.
+	Version int64 `json:"version"`
+	// Source is the file's path in its line's FS.
+	Source string `json:"source"`
+	// Applied tells whether the line's version table records it.
+	Applied bool `json:"applied"`
 	// AppliedAt is RFC 3339, empty when pending.
 	AppliedAt string `json:"applied_at,omitempty"`
 }
