@@ -14,8 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // Shutdown modes of [Cluster.Stop] and [Cluster.Restart], as pg_ctl names them.
@@ -133,7 +131,7 @@ func (cl *Cluster) NewDB(tb testing.TB) string {
 		tb.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	dsn := cl.DSN(name)
-	if _, err := migrations.Up(ctx, dsn); err != nil {
+	if err := migrateAll(ctx, dsn); err != nil {
 		tb.Fatalf("pgtest: migrate %s: %v", name, err)
 	}
 	return dsn
