@@ -196,8 +196,9 @@ func testExactlyOnce(t *testing.T, b *bundle, total int, hold time.Duration) {
 	defer cancel()
 	b.ctx = ctx
 	for start := 0; start < total; start += 10_000 {
-		batch := make([]pgoutbox.Effect, 0, 10_000)
-		for i := start; i < start+10_000; i++ {
+		end := min(start+10_000, total)
+		batch := make([]pgoutbox.Effect, 0, end-start)
+		for i := start; i < end; i++ {
 			batch = append(batch, pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i),
 				Payload: map[string]any{"n": i}})
 		}
