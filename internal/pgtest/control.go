@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/embedded"
-	"github.com/pgoutbox/pgoutbox/migrations"
 )
 
 // Shutdown modes of [Cluster.Stop] and [Cluster.Restart], as pg_ctl names them.
@@ -134,7 +133,7 @@ func (cl *Cluster) NewDB(tb testing.TB) string {
 		tb.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	dsn := cl.DSN(name)
-	if _, err := migrations.Up(ctx, dsn); err != nil {
+	if err := migrateAll(ctx, dsn); err != nil {
 		tb.Fatalf("pgtest: migrate %s: %v", name, err)
 	}
 	return dsn
