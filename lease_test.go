@@ -5,8 +5,11 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
 )
@@ -274,4 +277,79 @@ func TestBackoff(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A slow internal job holds its row lock (the fenced completion) while its
+// TxHandler runs. The lease extension must not wait for that transaction:
+// it extends every other lease at once and leaves the job's row, which its
+// own transaction protects, to the next round; and another effect's
+// completion proceeds while the job is still running. The blocked job's
+// effect has the higher id, so an extension locking in id order takes the
+// other effect's row first (and, waiting, would also hold up its group
+// commit).
+func TestSlowJobStallsNoOtherLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan string, 2)
+	safeGo, jobGo := make(chan struct{}), make(chan struct{})
+	var jobReturned atomic.Bool
+	var jobCause atomic.Value
+	c := b.startClient(t, pgoutbox.Config{
+		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2}},
+		LeaseDuration: time.Hour, // no periodic extension during the test
+		SweepInterval: -1,
+		Types: []pgoutbox.EffectType{
+			{Name: "safe", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+				started <- "safe"
+				select {
+				case <-safeGo:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}},
+			{Name: "job", TxHandler: func(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery) error {
+				defer jobReturned.Store(true)
+				started <- "job"
+				select {
+				case <-jobGo:
+					return nil
+				case <-ctx.Done():
+					jobCause.Store(context.Cause(ctx))
+					return ctx.Err()
+				}
+			}},
+		},
+	})
+	var safeOnce, jobOnce sync.Once
+	openSafe := func() { safeOnce.Do(func() { close(safeGo) }) }
+	openJob := func() { jobOnce.Do(func() { close(jobGo) }) }
+	t.Cleanup(openSafe) // before the client's Stop (cleanups run last-in first-out)
+	t.Cleanup(openJob)
+	events := watch(t, c)
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: "other"}, pgoutbox.Effect{Queue: "q", Type: "job", Key: "slow"})
+	<-started
+	<-started
+	expiry := func(id int64) time.Time {
+		var at time.Time
+		if err := b.pool.QueryRow(b.ctx, `SELECT lease_expires_at FROM pgoutbox.effects WHERE id = $1`, id).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := expiry(ids[0])
+	// Bounded so that a regression fails here instead of hanging the test.
+	ectx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	c.ExtendLeases(ectx)
+	cancel()
+	if after := expiry(ids[0]); !after.After(before) {
+		t.Fatalf("the other lease was not extended (%s → %s): the extension waited for the job's transaction", before, after)
+	}
+	openSafe()
+	b.waitEvent(t, events, ids[0], "completed")
+	if jobReturned.Load() {
+		t.Fatalf("the job returned before the other effect completed (cause %v)", jobCause.Load())
+	}
+	openJob()
+	b.waitEvent(t, events, ids[1], "completed")
 }

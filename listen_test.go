@@ -2,8 +2,16 @@ package pgoutbox_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
 )
@@ -15,37 +23,164 @@ func listenerCount(t *testing.T, b *bundle) int64 {
 
 func noop(context.Context, *pgoutbox.Delivery) error { return nil }
 
+// claimTracer is a pgx tracer that records when the client's LISTEN
+// completed and how many claim statements are in flight.
+type claimTracer struct {
+	mu       sync.Mutex
+	listenAt time.Time
+	inflight int
+	claims   int
+}
+
+type traceKey struct{}
+
+func (c *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if isClaim(d.SQL) {
+		c.mu.Lock()
+		c.inflight++
+		c.claims++
+		c.mu.Unlock()
+	}
+	return context.WithValue(ctx, traceKey{}, d.SQL)
+}
+
+func (c *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(traceKey{}).(string)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case isClaim(sql):
+		c.inflight--
+	case strings.HasPrefix(sql, "LISTEN "):
+		c.listenAt = time.Now()
+	}
+}
+
+// quiet reports whether the claim loop has gone to its long sleep: the
+// listener's catch-up wake-up (right after LISTEN) is older than twice
+// ActiveTail and no claim is in flight. From then on the loop claims again
+// only when woken (a NOTIFY) or after PollInterval.
+func (c *claimTracer) quiet() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.listenAt.IsZero() && time.Since(c.listenAt) > 2*pgoutbox.ActiveTail && c.inflight == 0
+}
+
+func tracedPool(t *testing.T, b *bundle, tr pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// With an hour's poll interval, only a NOTIFY can wake the claim loop once
+// its active tail after the listener's catch-up wake-up has passed: the
+// effect is enqueued after that, so it completes only if notifications
+// wake workers.
 func TestNotifyWakesWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c := b.startClient(t, pgoutbox.Config{
+	tr := &claimTracer{}
+	c, err := pgoutbox.NewClient(tracedPool(t, b, tr), pgoutbox.Config{
 		Queues:       map[string]pgoutbox.QueueConfig{"q": {}},
 		Types:        []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
-		PollInterval: time.Hour, // only a NOTIFY can wake the claim loop
+		PollInterval: time.Hour,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	events := watch(t, c)
-	b.waitFor(t, "listener connected", func() bool { return listenerCount(t, b) == 1 })
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	// The precondition is a span of time (the claim loop's active tail, a
+	// constant of the code under test), not an interleaving: the test
+	// waits for it to pass and for the loop's last claim to return.
+	b.waitFor(t, "the claim loop asleep", tr.quiet)
+	tr.mu.Lock()
+	before := tr.claims
+	tr.mu.Unlock()
 	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "k"})[0]
 	b.waitEvent(t, events, id, "completed")
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.claims <= before {
+		t.Fatalf("completed without a claim after the enqueue (%d claims before, %d after)", before, tr.claims)
+	}
 }
 
+// While the listener is down and cannot reconnect (the client's dialer
+// refuses new connections; its pool already holds its own), only the
+// polling fallback can find a new effect. Then the listener comes back.
 func TestListenerTerminatedFallsBackToPolling(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c := b.startClient(t, pgoutbox.Config{
+	cfg, err := pgxpool.ParseConfig(b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() {
+			return nil, errors.New("test: connections refused")
+		}
+		return dial(ctx, network, addr)
+	}
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Open every pool connection now: none can be opened while new
+	// connections are refused.
+	var conns []*pgxpool.Conn
+	for range pool.Config().MaxConns {
+		conn, err := pool.Acquire(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	for _, conn := range conns {
+		conn.Release()
+	}
+	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
 		Queues:       map[string]pgoutbox.QueueConfig{"q": {}},
 		Types:        []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
 		PollInterval: 200 * time.Millisecond,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	events := watch(t, c)
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	b.waitFor(t, "listener connected", func() bool { return listenerCount(t, b) == 1 })
+	refuse.Store(true)
 	if n := b.scalar(t, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = 'pgoutbox-listener' AND datname = current_database()) t`); n != 1 {
 		t.Fatalf("terminated %d listeners", n)
 	}
+	b.waitFor(t, "listener gone", func() bool { return listenerCount(t, b) == 0 })
 	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "after-terminate"})[0]
 	b.waitEvent(t, events, id, "completed")
+	if n := listenerCount(t, b); n != 0 {
+		t.Fatalf("%d listeners while new connections were refused", n)
+	}
 	// And the listener comes back.
+	refuse.Store(false)
 	b.waitFor(t, "listener reconnected", func() bool { return listenerCount(t, b) == 1 })
 	id2 := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "after-reconnect"})[0]
 	b.waitEvent(t, events, id2, "completed")

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -75,6 +76,36 @@ func childMain() int {
 				{Name: "safe", ReplaySafe: true, Handler: hang},
 				{Name: "dispatch", Handler: hang},
 			},
+		}
+	case "poison":
+		// Effect "poison" kills its worker process (what a segfault or an
+		// OOM kill does); every other effect appends "id attempt token" to
+		// the call log and succeeds.
+		log, err := os.OpenFile(os.Getenv(childLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer log.Close()
+		cfg = pgoutbox.Config{
+			Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: concurrency, RowLockLease: hold}},
+			LeaseDuration: 4 * time.Second,
+			SweepInterval: 100 * time.Millisecond,
+			PollInterval:  50 * time.Millisecond,
+			BackoffCap:    time.Millisecond,
+			Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+				if d.Key == "poison" {
+					fmt.Printf("poison %d attempt %d\n", d.ID, d.Attempt)
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {}
+				}
+				token := d.LeaseToken
+				if token == "" {
+					token = "-"
+				}
+				_, err := fmt.Fprintf(log, "%d %d %s\n", d.ID, d.Attempt, token)
+				return err
+			}}},
 		}
 	default:
 		return 2
@@ -165,8 +196,9 @@ func testExactlyOnce(t *testing.T, b *bundle, total int, hold time.Duration) {
 	defer cancel()
 	b.ctx = ctx
 	for start := 0; start < total; start += 10_000 {
-		batch := make([]pgoutbox.Effect, 0, 10_000)
-		for i := start; i < start+10_000; i++ {
+		end := min(start+10_000, total)
+		batch := make([]pgoutbox.Effect, 0, end-start)
+		for i := start; i < end; i++ {
 			batch = append(batch, pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i),
 				Payload: map[string]any{"n": i}})
 		}
@@ -244,6 +276,177 @@ func TestKilledWorkerProcess(t *testing.T) {
 			testKilledWorker(t, setupPooled(t).bundle, mode.hold)
 		})
 	}
+	// Killed during the hold, before any lease was promoted: nothing was
+	// written, so every effect is available with no attempt, but each
+	// row keeps the dead claimer's lock in its xmax. The next claim sees
+	// it and delivers those effects under durable leases, counting the
+	// attempt (a poison that kills its worker is counted from its second
+	// crash on: see TestPoisonThatKillsItsWorker).
+	t.Run("rowlock-before-promotion", func(t *testing.T) {
+		t.Parallel()
+		testKilledDuringHold(t)
+	})
+}
+
+func testKilledDuringHold(t *testing.T) {
+	b := setup(t)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "dispatch"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "a"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "b"},
+		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "c"},
+	)
+	// A hold far longer than the test: the batch cannot close before the
+	// kill, so the dispatch (which waits for the close) is never started.
+	c := startChild(t, "crash", b.dsn, "", 4, 25*time.Second)
+	started := map[string]int{}
+	for len(started) < 3 {
+		if !c.stdout.Scan() {
+			t.Fatalf("worker exited early: %v", c.stdout.Err())
+		}
+		started[c.stdout.Text()]++
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'`); n != 1 {
+		t.Fatalf("%d claim transactions open before the kill, want 1 (the hold)", n)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.cmd.Wait()
+	b.waitFor(t, "the dead worker's claim transaction ended", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`) == 0
+	})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'available' AND attempts = 0`); n != 4 {
+		t.Fatalf("%d effects available with no attempt after the kill, want 4 (the row lock wrote nothing)", n)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE xmax <> '0'::xid`); n != 4 {
+		t.Fatalf("%d rows carry the dead claimer's lock, want 4", n)
+	}
+
+	var mu sync.Mutex
+	tokens := map[int64]string{}
+	record := func(_ context.Context, d *pgoutbox.Delivery) error {
+		mu.Lock()
+		tokens[d.ID] = d.LeaseToken
+		mu.Unlock()
+		return nil
+	}
+	client := b.startClient(t, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: 5 * time.Second}},
+		Types: []pgoutbox.EffectType{
+			{Name: "safe", ReplaySafe: true, Handler: record},
+			{Name: "dispatch", Handler: record},
+		},
+	})
+	events := watch(t, client)
+	for _, id := range ids {
+		b.waitEvent(t, events, id, "completed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids[1:] {
+		if tokens[id] == "" {
+			t.Errorf("effect %d, held by the killed worker, was delivered again under a row lock (no attempt counted), want a durable lease", id)
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND attempts = 1`); n != 4 {
+		t.Fatalf("%d effects completed with attempt 1, want 4", n)
+	}
+}
+
+// A poison effect that kills its worker process every time (SIGKILL from
+// its own handler) is counted in both lease modes and dead-lettered after
+// its MaxAttempts, while every other effect of the queue completes once.
+// Under row-lock leases the first crash is not counted (the hold wrote
+// nothing); the next claim sees the dead claimer's lock in the row and
+// takes a durable lease, so it crashes at most MaxAttempts+1 times.
+func TestPoisonThatKillsItsWorker(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		name       string
+		hold       time.Duration
+		maxCrashes int
+	}{{"durable", 0, 3}, {"rowlock", time.Second, 4}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			testPoisonKillsWorker(t, mode.hold, mode.maxCrashes)
+		})
+	}
+}
+
+func testPoisonKillsWorker(t *testing.T, hold time.Duration, maxCrashes int) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b.ctx = ctx
+	const maxAttempts, others = 3, 20
+	effects := []pgoutbox.Effect{{Queue: "q", Type: "safe", Key: "poison", MaxAttempts: maxAttempts}}
+	for i := range others {
+		effects = append(effects, pgoutbox.Effect{Queue: "q", Type: "safe", Key: fmt.Sprint("ok-", i), MaxAttempts: maxAttempts})
+	}
+	ids := b.enqueue(t, effects...) // the poison first: the head of the claim order
+	logPath := t.TempDir() + "/calls.log"
+	done := func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'dead_letter' AND id = $1`, ids[0]) == 1 &&
+			b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) == others
+	}
+	crashes := 0
+	for !done() {
+		if crashes > maxCrashes {
+			t.Fatalf("the poison crashed its worker %d times and the queue is not drained: %+v", crashes, b.row(t, ids[0]))
+		}
+		// One worker at a time, one delivery at a time: each crash is the
+		// poison's alone.
+		c := startChild(t, "poison", b.dsn, logPath, 1, hold)
+		exited := make(chan error, 1)
+		go func() { exited <- c.cmd.Wait() }()
+		tick := time.NewTicker(20 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case err := <-exited:
+				if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+					t.Fatalf("worker exited with %v, want killed by its poison", err)
+				}
+				crashes++
+				break wait
+			case <-tick.C:
+				if done() {
+					_ = c.stdin.Close()
+					if err := <-exited; err != nil {
+						t.Fatalf("worker: %v", err)
+					}
+					break wait
+				}
+			case <-ctx.Done():
+				t.Fatalf("after %d crashes the queue did not drain: poison %+v", crashes, b.row(t, ids[0]))
+			}
+		}
+		tick.Stop()
+	}
+	if r := b.row(t, ids[0]); r.State != "dead_letter" || r.Attempts != maxAttempts {
+		t.Fatalf("poison: %+v, want dead_letter after %d attempts", r, maxAttempts)
+	}
+	if crashes > maxCrashes {
+		t.Fatalf("%d crashes, want at most %d", crashes, maxCrashes)
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		calls[strings.Fields(line)[0]]++
+	}
+	for _, id := range ids[1:] {
+		if calls[fmt.Sprint(id)] != 1 {
+			t.Errorf("effect %d delivered %d times, want once", id, calls[fmt.Sprint(id)])
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND attempts = 1`); n != others {
+		t.Errorf("%d other effects completed with one attempt, want %d", n, others)
+	}
+	t.Logf("poison dead-lettered after %d worker crashes", crashes)
 }
 
 func testKilledWorker(t *testing.T, b *bundle, hold time.Duration) {

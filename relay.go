@@ -408,7 +408,13 @@ func (l *Lease) completeIn(ctx context.Context, pool *pgxpool.Pool, job TxHandle
 			return txFailed(fmt.Errorf("completion transition: %w", err))
 		}
 	}
-	if err := tx.Commit(tctx); err != nil {
+	// As in the worker: the commit is not cut short by the delivery's
+	// cancellation or the job's timeout. Once the fenced completion holds
+	// the row, interrupting the COMMIT only makes its outcome unknown, and a
+	// commit that succeeded on the server would be reported unrecorded.
+	cctx, ccancel := finishCtx(ctx)
+	defer ccancel()
+	if err := tx.Commit(cctx); err != nil {
 		return RunResult{Status: RunUnrecorded, Outcome: OutcomeAmbiguous, Err: fmt.Errorf("completion commit: %w", err),
 			ReplaySafe: replaySafe || job != nil}
 	}

@@ -311,3 +311,38 @@ func TestRetryHorizon(t *testing.T) {
 		t.Fatalf("capped horizon %s", capped)
 	}
 }
+
+// The completion of an internal job commits under a context of its own, not
+// under the delivery's (the worker's rule since 69cc5d3): a delivery context
+// cancelled as the job returns (a lost consumer lease noticed late, a
+// shutdown) must not turn a fenced completion that holds its row into an
+// unrecorded one. The job cancels the delivery's context itself, so the
+// commit always starts with it cancelled.
+func TestRunCommitsJobAfterDeliveryCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "job", Key: "job"})[0]
+	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE relay_marks (key text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	job := pgoutbox.EffectType{Name: "job", TxHandler: func(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO relay_marks VALUES ($1)`, d.Key); err != nil {
+			return err
+		}
+		cancel() // the delivery's context ends as the job returns
+		return nil
+	}}
+	taken := takeOne(t, b, handoffOf(relayOne(t, b)), "c1")
+	res := taken.Lease.Run(dctx, b.pool, job, 10*time.Second, time.Second)
+	if res.Status != pgoutbox.RunCompleted {
+		t.Fatalf("job whose delivery context ended at its return: %+v, want RunCompleted", res)
+	}
+	if r := b.row(t, id); r.State != "completed" {
+		t.Fatalf("effect %+v, want completed", r)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM relay_marks`); n != 1 {
+		t.Fatalf("%d job writes committed, want 1", n)
+	}
+}

@@ -30,8 +30,22 @@ import (
 // holds it, so if the lock was lost (connection or server gone, the server's
 // idle-in-transaction timeout) the commit fails and nothing is written; the
 // effects are still available and will be delivered again (at-least-once,
-// which is why only replay-safe types run under a row lock). An effect whose
-// worker dies during the hold has no attempt counted.
+// which is why only replay-safe types run under a row lock).
+//
+// A worker that dies during the hold (a crash, an OOM kill, a handler that
+// exits the process) writes nothing, so no attempt is counted for the
+// effects it held. Left at that, a poison effect that kills its worker
+// would crash-loop the queue forever, available with attempts = 0 at the
+// head of the claim order. The dead claimer leaves a trace all the same: its
+// row lock is stored in the row (xmax) and stays there. LockClaim reports
+// such a row, and any row attempted before, as suspect, and the batch
+// promotes it instead of delivering it under the lock: it is delivered
+// under a durable lease, which counts the attempt, so a poison is counted
+// from its second crash on and dead-lettered after MaxAttempts like under
+// durable leases (at most MaxAttempts+1 crashes). The check costs nothing
+// on the normal path (xmax is read with the row the claim locks anyway);
+// a retry, a released or recovered effect takes a durable lease (two
+// writes instead of one).
 
 // lockBatch is one open claim transaction of a queue in row-lock mode.
 type lockBatch struct {
@@ -71,15 +85,20 @@ func maxOpenBatches(c *Client) int64 {
 }
 
 // lockClaim claims up to want effects in a new row-lock batch and starts
-// their deliveries. It returns how many rows it locked.
-func (q *queueWorker) lockClaim(ctx context.Context, want int) (int, error) {
-	tx, err := q.c.pool.Begin(ctx)
+// their deliveries. It returns how many rows it locked. Its statements run
+// under cctx, which Stop does not cancel; a batch locked after Stop began
+// (ctx done) is rolled back at once, which releases its rows untouched.
+func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error) {
+	tx, err := q.c.pool.Begin(cctx)
 	if err != nil {
 		return 0, err
 	}
-	claimed, err := store.LockClaim(ctx, tx, q.name, want, q.c.cfg.LeaseDuration)
+	claimed, err := store.LockClaim(cctx, tx, q.name, want, q.c.cfg.LeaseDuration)
+	if err == nil && len(claimed) > 0 && ctx.Err() != nil {
+		claimed, err = nil, ctx.Err()
+	}
 	if err != nil || len(claimed) == 0 {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		_ = tx.Rollback(cctx)
 		return 0, err
 	}
 	b := &lockBatch{
@@ -93,7 +112,7 @@ func (q *queueWorker) lockClaim(ctx context.Context, want int) (int, error) {
 	b.mu.Lock()
 	for _, cl := range claimed {
 		t, ok := q.rowLockable(cl.Type)
-		if !ok {
+		if !ok || cl.Suspect {
 			b.waiting = append(b.waiting, cl)
 			b.promote = append(b.promote, cl.ID)
 			continue

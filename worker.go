@@ -163,11 +163,22 @@ func (q *queueWorker) waitFreed(ctx context.Context, d time.Duration) bool {
 
 // claim claims up to want effects and starts their deliveries: under
 // durable leases, or in a row-lock batch when the queue has RowLockLease.
+//
+// A claim that has begun is not interrupted by Stop (ctx, the run context):
+// its statements run under a finish context. Cut short, pgx closes the
+// connection in the background, so a row-lock claim transaction stayed
+// open on the server after Stop returned, and a durable claim could commit
+// leases that no one delivers until they expire.
 func (q *queueWorker) claim(ctx context.Context, want int) (int, error) {
-	if q.cfg.RowLockLease > 0 {
-		return q.lockClaim(ctx, want)
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
-	claimed, err := store.Claim(ctx, q.c.pool, q.name, q.c.cfg.ID, want, q.c.cfg.LeaseDuration)
+	cctx, cancel := finishCtx(ctx)
+	defer cancel()
+	if q.cfg.RowLockLease > 0 {
+		return q.lockClaim(ctx, cctx, want)
+	}
+	claimed, err := store.Claim(cctx, q.c.pool, q.name, q.c.cfg.ID, want, q.c.cfg.LeaseDuration)
 	for _, cl := range claimed {
 		q.start(cl)
 	}

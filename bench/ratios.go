@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
 // supports reports whether sys runs in scenario (every system runs every
@@ -29,7 +29,7 @@ func supports(sys system, scenario string) bool {
 // SYSTEM, then one restart), when the extension is installed; the cluster is
 // the benchmark's, so nothing else is affected.
 func ensureLocal(ctx context.Context, dir string, statements bool) (string, error) {
-	dsn, err := pgtest.EnsureLocal(ctx, dir, nil)
+	dsn, err := embedded.EnsureLocal(ctx, dir, nil)
 	if err != nil || !statements {
 		return dsn, err
 	}
@@ -54,10 +54,10 @@ func ensureLocal(ctx context.Context, dir string, statements bool) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("preload pg_stat_statements: %w", err)
 	}
-	if err := pgtest.StopLocal(dir); err != nil {
+	if err := embedded.StopLocal(dir); err != nil {
 		return "", fmt.Errorf("restart for pg_stat_statements: %w", err)
 	}
-	return pgtest.EnsureLocal(ctx, dir, nil)
+	return embedded.EnsureLocal(ctx, dir, nil)
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -3,6 +3,7 @@ package projection
 import (
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ type Config struct {
 	// (OUTBOX_PROJECT_TO_GRAPHDB=1); nil: off.
 	SPARQL *sparql.Config
 	// Disabled says, per target name ("solr", "graphdb"), why a target is
-	// off ("OUTBOX_PROJECT_TO_SOLR is not 1", "SOLR_BASE_URL is not set").
+	// off ("OUTBOX_PROJECT_TO_SOLR is not 1", "SOLR_BASE_URL is empty").
 	// FromEnv fills it; /workers and readiness show it.
 	Disabled map[string]string
 	// CronSecret is the bearer of GET /api/cron/outbox (CRON_SECRET). Empty:
@@ -184,8 +185,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			sc.CommitWithin = time.Duration(ms) * time.Millisecond
 		}
 		if err := sc.Validate(); err != nil {
-			c.Disabled[TargetSolr] = err.Error()
-			problems = append(problems, "OUTBOX_PROJECT_TO_SOLR=1 but "+err.Error())
+			msg := envMessage(err, "solr", solrEnv)
+			c.Disabled[TargetSolr] = msg
+			problems = append(problems, "OUTBOX_PROJECT_TO_SOLR=1 but "+msg)
 		} else {
 			c.Solr = &sc
 		}
@@ -205,8 +207,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			GraphStoreURL: getenv("GRAPHDB_GRAPH_STORE_URL"),
 		}
 		if err := gc.Validate(); err != nil {
-			c.Disabled[TargetGraphDB] = err.Error()
-			problems = append(problems, "OUTBOX_PROJECT_TO_GRAPHDB=1 but "+err.Error())
+			msg := envMessage(err, "sparql", sparqlEnv)
+			c.Disabled[TargetGraphDB] = msg
+			problems = append(problems, "OUTBOX_PROJECT_TO_GRAPHDB=1 but "+msg)
 		} else {
 			c.SPARQL = &gc
 		}
@@ -217,6 +220,45 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return c, fmt.Errorf("projection: %s", strings.Join(problems, "; "))
 	}
 	return c, nil
+}
+
+// solrEnv and sparqlEnv name the environment variable FromEnv reads each
+// target Config field from. The targets' errors name Go fields ("solr:
+// Config.Core is empty"); envMessage renames them for an operator, who sets
+// variables ("SOLR_CORE is empty").
+var (
+	solrEnv = map[string]string{
+		"BaseURL":      "SOLR_BASE_URL",
+		"Core":         "SOLR_CORE",
+		"Username":     "SOLR_USERNAME",
+		"Password":     "SOLR_PASSWORD",
+		"CommitWithin": "SOLR_COMMIT_WITHIN_MS",
+	}
+	sparqlEnv = map[string]string{
+		"UpdateURL":     "GRAPHDB_UPDATE_URL",
+		"BaseURL":       "GRAPHDB_BASE_URL",
+		"RepositoryID":  "GRAPHDB_REPOSITORY_ID",
+		"Username":      "GRAPHDB_USERNAME",
+		"Password":      "GRAPHDB_PASSWORD",
+		"GraphPrefix":   "GRAPHDB_GRAPH_PREFIX",
+		"GraphStoreURL": "GRAPHDB_GRAPH_STORE_URL",
+	}
+)
+
+// configField matches a Go field as the targets' errors name it.
+var configField = regexp.MustCompile(`\bConfig\.([A-Za-z]+)`)
+
+// envMessage is a target's configuration error with its package prefix
+// dropped and every Config field it names replaced by its variable in env
+// (a field with no variable keeps its Go name).
+func envMessage(err error, pkg string, env map[string]string) string {
+	msg := strings.TrimPrefix(err.Error(), pkg+": ")
+	return configField.ReplaceAllStringFunc(msg, func(m string) string {
+		if name, ok := env[strings.TrimPrefix(m, "Config.")]; ok {
+			return name
+		}
+		return m
+	})
 }
 
 // isOn reads a boolean switch: "1", "true", "yes" or "on".

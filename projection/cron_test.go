@@ -117,11 +117,27 @@ func TestWorkersPage(t *testing.T) {
 	if _, err := leases[1].Fail(b.ctx, b.pool, pgoutbox.Retry(errors.New("HTTP 503")), true, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// Another queue's history: one completion three hours ago (retained,
+	// outside the window: /workers must not read it) and one just now.
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, state, created_at, completed_at)
+		VALUES ('history', 't', 'old', 'completed', now() - interval '3 hours', now() - interval '3 hours'),
+		       ('history', 't', 'new', 'completed', now() - interval '2 seconds', now())`); err != nil {
+		t.Fatal(err)
+	}
 	code, out, _ := b.do(t, http.MethodGet, "/workers?format=json", "", nil)
 	if code != 200 {
 		t.Fatalf("json: %d %s", code, out)
 	}
 	rep := decode[projection.WorkersReport](t, out)
+	var history *projection.QueueReport
+	for i := range rep.Queues {
+		if rep.Queues[i].Queue == "history" {
+			history = &rep.Queues[i]
+		}
+	}
+	if history == nil || history.States["completed"] != 1 || history.CompletedLastMinute != 1 || history.MeanLagSeconds < 1 {
+		t.Fatalf("completed within the window: %+v", history)
+	}
 	var q *projection.QueueReport
 	for i := range rep.Queues {
 		if rep.Queues[i].Queue == projection.Queue {

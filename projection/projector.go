@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 	"github.com/pgoutbox/pgoutbox/target/solr"
 	"github.com/pgoutbox/pgoutbox/target/sparql"
 )
@@ -236,7 +237,6 @@ func (a *App) Drain(ctx context.Context, batch, maxBatches int, progress func(th
 // Remaining counts the queue's effects still to deliver (available and
 // leased) and, of those, the ones claimable now.
 func (a *App) Remaining(ctx context.Context) (total, ready int64, err error) {
-	var avail, leased int64
-	err = a.pool.QueryRow(ctx, remainingSQL, Queue).Scan(&avail, &ready, &leased)
-	return avail + leased, ready, err
+	b, err := store.QueueBacklog(ctx, a.pool, Queue)
+	return b.Available + b.Leased, b.Ready, err
 }

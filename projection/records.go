@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // Queue is the engine queue of the projection's effects.
@@ -235,11 +236,11 @@ func writeBatch(ctx context.Context, tx pgx.Tx, rows []parsed, maxAttempts int) 
 		for _, w := range changed {
 			keys = append(keys, EffectKey(w.id, w.hash))
 		}
-		krows, err := tx.Query(ctx, existingKeysSQL, Queue, keys)
-		if err != nil {
-			return nil, fmt.Errorf("look up effects: %w", err)
-		}
-		done, err := pgx.CollectRows(krows, pgx.RowTo[string])
+		// Keys that already name an effect no longer waiting in the queue
+		// (a record reverted to content it had before: the effect for that
+		// content was already delivered or is in flight, so a follow-up
+		// effect is needed).
+		done, err := store.KeysPastAvailable(ctx, tx, Queue, keys)
 		if err != nil {
 			return nil, fmt.Errorf("look up effects: %w", err)
 		}

@@ -1,8 +1,9 @@
 package projection
 
-// Every SQL statement of the projection lives in this file. Statements that
-// read the engine's table (pgoutbox.effects) only read it; every write to it
-// goes through the root package (Enqueue, leases).
+// Every SQL statement of the projection's own schema (storage_documents)
+// lives in this file. The projection never names the engine's tables: it
+// reads them through internal/store (key look-up, backlog, /workers) and
+// writes them through the root package (Enqueue, leases).
 
 // upsertSQL writes a batch of records (ids unique within the batch) and
 // returns the rows that were inserted or changed; a record whose source hash
@@ -16,15 +17,6 @@ ON CONFLICT (id) DO UPDATE
         version = r.version + 1, updated_at = now()
     WHERE r.source_hash IS DISTINCT FROM excluded.source_hash
 RETURNING r.id, r.version, r.source_hash, (xmax = 0) AS inserted`
-
-// existingKeysSQL returns the idempotency keys that already name an effect
-// that is no longer waiting in the queue (a record reverted to content it
-// had before: the effect for that content was already delivered or is in
-// flight, so a follow-up effect is needed).
-const existingKeysSQL = `
-SELECT k.idempotency_key FROM pgoutbox.effect_keys k
-JOIN pgoutbox.effects e ON e.id = k.effect_id
-WHERE k.queue = $1 AND k.idempotency_key = ANY($2::text[]) AND e.state <> 'available'`
 
 // getRecordSQL reads one record.
 const getRecordSQL = `
@@ -56,46 +48,3 @@ const countRecordsSQL = `SELECT count(*) FROM storage_documents.records`
 // reads the record's current state under the lock. The lock is released when
 // the delivery's transaction ends.
 const lockRecordSQL = `SELECT pg_advisory_xact_lock(hashtextextended('pgoutbox.projection:' || $1, 0))`
-
-// remainingSQL counts the projection queue's effects that still have to be
-// delivered (available, including retries waiting for their backoff, and
-// leased).
-const remainingSQL = `
-SELECT count(*) FILTER (WHERE state = 'available'),
-       count(*) FILTER (WHERE state = 'available' AND available_at <= now()),
-       count(*) FILTER (WHERE state = 'leased')
-FROM pgoutbox.effects WHERE queue = $1 AND state IN ('available', 'leased')`
-
-// queueStatsSQL is the backlog of every queue by state, for /workers.
-const queueStatsSQL = `
-SELECT queue, state::text, count(*),
-       count(*) FILTER (WHERE state = 'available' AND attempts > 0),
-       coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE state = 'available' AND available_at <= now())), 0)::float8
-FROM pgoutbox.effects
-GROUP BY queue, state
-ORDER BY queue, state`
-
-// throughputSQL is, per queue, what completed in the last $1 seconds and its
-// mean lag (creation to completion).
-const throughputSQL = `
-SELECT queue, count(*), coalesce(avg(extract(epoch FROM completed_at - created_at)), 0)::float8
-FROM pgoutbox.effects
-WHERE state = 'completed' AND completed_at > now() - make_interval(secs => $1)
-GROUP BY queue`
-
-// attentionSQL lists dead letters and reconciliation records with their last
-// errors (never payloads), newest first.
-const attentionSQL = `
-SELECT id, queue, effect_type, state::text, attempts, coalesce(last_error, ''),
-       coalesce(dead_lettered_at, reconciliation_at, available_at)
-FROM pgoutbox.effects
-WHERE state IN ('dead_letter', 'reconciliation_required')
-ORDER BY coalesce(dead_lettered_at, reconciliation_at) DESC NULLS LAST, id DESC
-LIMIT $1`
-
-// projectionLagSQL is the age of the oldest record.upsert still waiting to be
-// projected (0 when the projection is caught up).
-const projectionLagSQL = `
-SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-FROM pgoutbox.effects
-WHERE queue = $1 AND state IN ('available', 'leased')`

@@ -9,9 +9,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgoutbox/pgoutbox/internal/httpx"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // WorkersRefresh is how often the /workers page refreshes itself.
@@ -59,7 +58,11 @@ type WorkersReport struct {
 // QueueReport is one queue's backlog.
 type QueueReport struct {
 	Queue string `json:"queue"`
-	// States counts effects by state (every state is present).
+	// States counts effects by state (every state is present). "completed"
+	// counts only the effects completed within the last minute (the
+	// throughput window), like `pgoutbox status`: a refresh never reads the
+	// retained history. A queue appears when it has live, attention or
+	// recently completed effects (outbox_events always does).
 	States map[string]int64 `json:"states"`
 	// Retrying counts available effects with attempts > 0 (old name "retry").
 	Retrying int64 `json:"retrying"`
@@ -145,76 +148,57 @@ func (a *App) Report(ctx context.Context) (WorkersReport, error) {
 		return q
 	}
 	get(Queue) // always shown
-	rows, err := a.pool.Query(ctx, queueStatsSQL)
+	// The engine's aggregate (store.Stats): every arm of its WHERE matches a
+	// partial index, so a refresh reads the live backlog and the last
+	// window's completions, never the retained history.
+	stats, err := store.Stats(ctx, a.pool, store.OpsFilter{}, 0, throughputWindow)
 	if err != nil {
 		return rep, err
 	}
-	for rows.Next() {
-		var queue, state string
-		var n, retrying int64
-		var oldest float64
-		if err := rows.Scan(&queue, &state, &n, &retrying, &oldest); err != nil {
-			rows.Close()
-			return rep, err
+	for _, s := range stats {
+		if !s.QueueTotal {
+			continue
 		}
-		q := get(queue)
-		q.States[state] = n
-		q.Retrying += retrying
-		if oldest > q.OldestAvailableAgeSeconds {
-			q.OldestAvailableAgeSeconds = oldest
+		q := get(s.Queue)
+		q.States[s.State] = s.Count
+		q.Retrying += s.Retrying
+		if s.OldestAvailableAge > q.OldestAvailableAgeSeconds {
+			q.OldestAvailableAgeSeconds = s.OldestAvailableAge
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return rep, err
-	}
-	rows, err = a.pool.Query(ctx, throughputSQL, throughputWindow.Seconds())
+	tput, err := store.Throughput(ctx, a.pool, throughputWindow)
 	if err != nil {
 		return rep, err
 	}
-	for rows.Next() {
-		var queue string
-		var n int64
-		var lag float64
-		if err := rows.Scan(&queue, &n, &lag); err != nil {
-			rows.Close()
-			return rep, err
-		}
-		q := get(queue)
-		q.CompletedLastMinute, q.MeanLagSeconds = n, lag
-		q.ThroughputPerSecond = float64(n) / throughputWindow.Seconds()
-	}
-	if err := rows.Err(); err != nil {
-		return rep, err
+	for _, t := range tput {
+		q := get(t.Queue)
+		q.CompletedLastMinute, q.MeanLagSeconds = t.Completed, t.MeanLag
+		q.ThroughputPerSecond = float64(t.Completed) / throughputWindow.Seconds()
 	}
 	for _, q := range queues {
 		rep.Queues = append(rep.Queues, *q)
 	}
 	sort.Slice(rep.Queues, func(i, j int) bool { return rep.Queues[i].Queue < rep.Queues[j].Queue })
 
-	rows, err = a.pool.Query(ctx, attentionSQL, attentionLimit)
+	attention, err := store.Attention(ctx, a.pool, attentionLimit)
 	if err != nil {
 		return rep, err
 	}
-	rep.Attention, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AttentionItem, error) {
-		var it AttentionItem
-		err := r.Scan(&it.ID, &it.Queue, &it.Type, &it.State, &it.Attempts, &it.LastError, &it.Since)
+	rep.Attention = make([]AttentionItem, 0, len(attention))
+	for _, r := range attention {
+		it := AttentionItem{ID: r.ID, Queue: r.Queue, Type: r.Type, State: r.State, Attempts: r.Attempts,
+			LastError: r.LastError, Since: r.Since}
 		if len(it.LastError) > 500 {
 			it.LastError = it.LastError[:500] + "…"
 		}
-		return it, err
-	})
-	if err != nil {
-		return rep, err
-	}
-	if rep.Attention == nil {
-		rep.Attention = []AttentionItem{}
+		rep.Attention = append(rep.Attention, it)
 	}
 
 	p := &rep.Projection
 	if p.Records, err = CountRecords(ctx, a.pool); err != nil {
 		return rep, err
 	}
-	if err := a.pool.QueryRow(ctx, projectionLagSQL, Queue).Scan(&p.LagSeconds); err != nil {
+	if p.LagSeconds, err = store.OldestPendingAge(ctx, a.pool, Queue); err != nil {
 		return rep, err
 	}
 	for _, name := range []string{TargetSolr, TargetGraphDB} {

@@ -41,15 +41,11 @@ type appDeps struct {
 // and runs the other applications.
 type appConstructor func(ctx context.Context, d appDeps) (*application, string, error)
 
-// applications lists every application, in start order. Applications
-// register here, one line each.
-var applications = []appConstructor{}
-
 // buildApps constructs the applications and merges their queues and types
 // into cfg.
 func buildApps(ctx context.Context, d appDeps, cfg *pgoutbox.Config) ([]*application, error) {
 	var apps []*application
-	for _, ctor := range applications {
+	for _, ctor := range applications() {
 		app, missing, err := ctor(ctx, d)
 		if err != nil {
 			return nil, err

@@ -26,9 +26,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
-
-func init() { extraCommands = append(extraCommands, newBenchCmd) }
 
 type benchOptions struct {
 	effects         int
@@ -520,10 +519,7 @@ func (b *bencher) runLatency(ctx context.Context) (benchLatency, error) {
 	}
 	mu.Unlock()
 	slices.Sort(lat)
-	var claimP99 float64
-	err = b.workers.QueryRow(ctx, `
-		SELECT coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM leased_at - available_at) * 1000), 0)
-		FROM pgoutbox.effects WHERE queue = $1 AND leased_at IS NOT NULL`, b.queue).Scan(&claimP99)
+	claimP99, err := store.ClaimLatencyP99(ctx, b.workers, b.queue)
 	if err != nil {
 		return benchLatency{}, err
 	}
@@ -541,22 +537,8 @@ func (b *bencher) runLatency(ctx context.Context) (benchLatency, error) {
 func (b *bencher) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for _, stmt := range []string{
-		`DELETE FROM pgoutbox.effects WHERE id IN (
-			SELECT id FROM pgoutbox.effects WHERE queue = $1 LIMIT 5000)`,
-		`DELETE FROM pgoutbox.effect_keys WHERE ctid = ANY(ARRAY(
-			SELECT ctid FROM pgoutbox.effect_keys WHERE queue = $1 LIMIT 5000))`,
-	} {
-		for {
-			tag, err := b.workers.Exec(ctx, stmt, b.queue)
-			if err != nil {
-				fmt.Fprintf(b.g.stderr, "pgoutbox bench: cleanup of queue %s failed: %v\n", b.queue, err)
-				return
-			}
-			if tag.RowsAffected() == 0 {
-				break
-			}
-		}
+	if err := store.PurgeQueue(ctx, b.workers, b.queue, 5000); err != nil {
+		fmt.Fprintf(b.g.stderr, "pgoutbox bench: cleanup of queue %s failed: %v\n", b.queue, err)
 	}
 }
 

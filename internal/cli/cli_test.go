@@ -12,9 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox/internal/cli"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -44,19 +46,68 @@ func TestMigrateAndStatus(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "nothing applied") {
 		t.Fatalf("migrate on a current database: %d %q %q", code, out, errs)
 	}
-	code, out, _ = run(t, "--database-url", dsn, "migrate", "status", "--json")
+	checkAllApplied(t, dsn)
+}
+
+// checkAllApplied runs `migrate status --json` and checks that it lists
+// every line, each migration applied.
+func checkAllApplied(t *testing.T, dsn string) {
+	t.Helper()
+	code, out, _ := run(t, "--database-url", dsn, "migrate", "status", "--json")
 	var list []struct {
+		Line    string
 		Version int64
 		Applied bool
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) == 0 {
 		t.Fatalf("status --json: %d %q", code, out)
 	}
+	perLine := map[string]int{}
 	for _, m := range list {
 		if !m.Applied {
-			t.Fatalf("migration %d pending", m.Version)
+			t.Fatalf("migration %s/%d pending", m.Line, m.Version)
+		}
+		perLine[m.Line]++
+	}
+	if perLine["engine"] == 0 || perLine["controlplane"] == 0 || perLine["projection"] == 0 || len(perLine) != 3 {
+		t.Fatalf("status --json lists %v migrations per line, want the engine, controlplane and projection lines", perLine)
+	}
+}
+
+// TestMigrateAdoptsSingleLineDatabase: a database whose versions are all
+// recorded in pgoutbox.goose_db_version, as the single line before the split
+// recorded them, is current for migrate, which moves the applications'
+// records to their lines' tables (package migrations tests the schema).
+func TestMigrateAdoptsSingleLineDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, schema := range []string{"control_plane", "storage_documents"} {
+		if _, err := c.Exec(ctx, `INSERT INTO pgoutbox.goose_db_version (version_id, is_applied, tstamp)
+			SELECT version_id, is_applied, tstamp FROM `+schema+`.goose_db_version WHERE version_id > 0 ORDER BY id;
+			DROP TABLE `+schema+`.goose_db_version`); err != nil {
+			t.Fatal(err)
 		}
 	}
+	code, out, errs := run(t, "--database-url", dsn, "migrate")
+	if code != 0 || !strings.Contains(out, "nothing applied") {
+		t.Fatalf("migrate on a single-line database: %d %q %q", code, out, errs)
+	}
+	var moved string
+	if err := c.QueryRow(ctx, `SELECT (SELECT string_agg(version_id::text, ',' ORDER BY id) FROM pgoutbox.goose_db_version)
+		|| ' / ' || (SELECT string_agg(version_id::text, ',' ORDER BY id) FROM control_plane.goose_db_version)
+		|| ' / ' || (SELECT string_agg(version_id::text, ',' ORDER BY id) FROM storage_documents.goose_db_version)`).Scan(&moved); err != nil {
+		t.Fatal(err)
+	}
+	if moved != "0,1,2,5,6,7,8 / 0,4,9 / 0,3" {
+		t.Fatalf("version records after migrate (engine / control plane / projection): %s", moved)
+	}
+	checkAllApplied(t, dsn)
 }
 
 func TestUnreachableDatabaseExitsOne(t *testing.T) {
@@ -131,7 +182,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	_ = os.Chmod(base, 0o755) // the cluster runs as the postgres user when tests run as root
 	dir := filepath.Join(base, ".pgoutbox")
 	t.Cleanup(func() {
-		_ = pgtest.ResetLocal(dir)
+		_ = embedded.ResetLocal(dir)
 		_ = os.RemoveAll(base)
 	})
 	code, out, errs := run(t, "--database-url", "", "--data-dir", dir, "migrate")

@@ -12,8 +12,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
-func init() { applications = append(applications, controlPlaneApp) }
-
 // controlPlaneConfig reads the control plane's settings from the
 // environment (README: "Release control plane").
 func controlPlaneConfig() controlplane.Config {

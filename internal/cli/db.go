@@ -11,9 +11,16 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	cpmigrations "github.com/pgoutbox/pgoutbox/controlplane/migrations"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 	"github.com/pgoutbox/pgoutbox/migrations"
+	projmigrations "github.com/pgoutbox/pgoutbox/projection/migrations"
 )
+
+// migrationLines are the migration lines migrate, serve, work and the other
+// commands that migrate apply, in order: the engine's, then those of the
+// applications the binary runs (the control plane and the projection).
+var migrationLines = []migrations.Line{migrations.Engine, cpmigrations.Line, projmigrations.Line}
 
 // PoolMaxConnsDefault is the connection pool size of serve, work and the
 // commands (PGOUTBOX_DB_MAX_CONNS; a pool_max_conns in DATABASE_URL wins).
@@ -26,7 +33,7 @@ func (g *globals) dsn(ctx context.Context) (string, error) {
 	if g.databaseURL != "" {
 		return g.databaseURL, nil
 	}
-	dsn, err := pgtest.EnsureLocal(ctx, g.dataDir, g.logger())
+	dsn, err := embedded.EnsureLocal(ctx, g.dataDir, g.logger())
 	if err != nil {
 		return "", &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("embedded PostgreSQL: %w", err)}
 	}
@@ -95,17 +102,17 @@ var errMigrateThroughPooler = errors.New("DATABASE_URL goes through a transactio
 	"(--session-database-url) to the database's direct address, or run `pgoutbox migrate` with DATABASE_URL " +
 	"set to it (docs/poolers.md)")
 
-// migrate applies pending migrations to dsn's database (open has set
-// g.pooled): on the session URL when one is given; through a transaction
-// pooler without one only when nothing is pending. applied receives the
-// versions applied.
-func (g *globals) migrate(ctx context.Context, dsn string, applied *[]int64) error {
+// migrate applies the pending migrations of migrationLines to dsn's
+// database (open has set g.pooled): on the session URL when one is given;
+// through a transaction pooler without one only when nothing is pending.
+// applied receives the migrations applied.
+func (g *globals) migrate(ctx context.Context, dsn string, applied *[]migrations.Status) error {
 	target := dsn
 	switch {
 	case g.sessionURL != "":
 		target = g.sessionURL
 	case g.pooled:
-		pending, err := migrations.Pending(ctx, dsn)
+		pending, err := migrations.PendingLines(ctx, dsn, migrationLines...)
 		if err != nil {
 			return &ExitError{Code: ExitCouldNotRun, Err: err}
 		}
@@ -114,7 +121,7 @@ func (g *globals) migrate(ctx context.Context, dsn string, applied *[]int64) err
 		}
 		return nil
 	}
-	done, err := migrations.Up(ctx, target)
+	done, err := migrations.UpLines(ctx, target, migrationLines...)
 	if err != nil {
 		return &ExitError{Code: ExitCouldNotRun, Err: err}
 	}

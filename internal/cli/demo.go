@@ -13,10 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox/internal/demo"
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
-
-func init() { extraCommands = append(extraCommands, newDemoCmd) }
 
 // isTerminal reports whether f is a character device (a terminal).
 func isTerminal(f any) bool {
@@ -56,11 +54,11 @@ Ctrl-C (or exits with --exit-when-done).`,
 			}
 			if g.databaseURL == "" {
 				if reset {
-					if err := pgtest.ResetLocal(g.dataDir); err != nil {
+					if err := embedded.ResetLocal(g.dataDir); err != nil {
 						return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--reset: %w", err)}
 					}
 					fmt.Fprintf(out, "reset: removed the embedded PostgreSQL at %s\n", g.dataDir)
-				} else if pgtest.LocalInitialized(g.dataDir) {
+				} else if embedded.LocalInitialized(g.dataDir) {
 					fmt.Fprintf(out, "reusing the embedded PostgreSQL at %s (earlier runs' data is kept; --reset starts clean)\n", g.dataDir)
 				} else {
 					fmt.Fprintf(out, "creating an embedded PostgreSQL at %s (first run: about a minute)\n", g.dataDir)
@@ -133,8 +131,6 @@ Ctrl-C (or exits with --exit-when-done).`,
 	return cmd
 }
 
-func init() { extraCommands = append(extraCommands, newEmbeddedCmd) }
-
 // newEmbeddedCmd manages the embedded PostgreSQL that serve and demo start
 // when DATABASE_URL is unset (it keeps running between runs, for reuse).
 func newEmbeddedCmd(g *globals) *cobra.Command {
@@ -147,7 +143,7 @@ func newEmbeddedCmd(g *globals) *cobra.Command {
 		Short: "Stop the embedded PostgreSQL (the next serve or demo starts it again)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := pgtest.StopLocal(g.dataDir); err != nil {
+			if err := embedded.StopLocal(g.dataDir); err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			fmt.Fprintf(g.stdout, "stopped the embedded PostgreSQL at %s\n", g.dataDir)
@@ -158,7 +154,7 @@ func newEmbeddedCmd(g *globals) *cobra.Command {
 		Short: "Stop the embedded PostgreSQL and delete its data",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := pgtest.ResetLocal(g.dataDir); err != nil {
+			if err := embedded.ResetLocal(g.dataDir); err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			fmt.Fprintf(g.stdout, "deleted the embedded PostgreSQL at %s\n", g.dataDir)

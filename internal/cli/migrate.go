@@ -15,12 +15,15 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Use:   "migrate",
 		Short: "Apply pending migrations (idempotent; safe to run from several processes at once)",
 		Long: `migrate applies pending migrations (idempotent; safe to run from several processes at
-once: they hold a session advisory lock). When DATABASE_URL goes through a
+once: they hold a session advisory lock): the engine's line, then the
+control plane's and the projection's, each recorded in its own version table
+(<schema>.goose_db_version). A database migrated before the split into lines
+is adopted on the first run. When DATABASE_URL goes through a
 transaction-pooling proxy, migrations run on PGOUTBOX_SESSION_DATABASE_URL,
 and without it migrate refuses when one is pending (docs/poolers.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var applied []int64
+			var applied []migrations.Status
 			if g.sessionURL != "" {
 				if err := g.migrate(cmd.Context(), "", &applied); err != nil {
 					return err
@@ -41,8 +44,8 @@ and without it migrate refuses when one is pending (docs/poolers.md).`,
 				fmt.Fprintln(g.stdout, "database is up to date; nothing applied")
 				return nil
 			}
-			for _, v := range applied {
-				fmt.Fprintf(g.stdout, "applied %05d\n", v)
+			for _, m := range applied {
+				fmt.Fprintf(g.stdout, "applied %05d (%s line: %s)\n", m.Version, m.Line, m.Source)
 			}
 			return nil
 		},
@@ -50,14 +53,14 @@ and without it migrate refuses when one is pending (docs/poolers.md).`,
 	var asJSON bool
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "List migrations and whether each is applied",
+		Short: "List migrations, line by line, and whether each is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dsn, err := g.dsn(cmd.Context())
 			if err != nil {
 				return err
 			}
-			list, err := migrations.List(cmd.Context(), dsn)
+			list, err := migrations.ListLines(cmd.Context(), dsn, migrationLines...)
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
@@ -67,13 +70,13 @@ and without it migrate refuses when one is pending (docs/poolers.md).`,
 				return enc.Encode(list)
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tSOURCE\tSTATE\tAPPLIED AT")
+			fmt.Fprintln(tw, "LINE\tVERSION\tSOURCE\tSTATE\tAPPLIED AT")
 			for _, m := range list {
 				state := "pending"
 				if m.Applied {
 					state = "applied"
 				}
-				fmt.Fprintf(tw, "%05d\t%s\t%s\t%s\n", m.Version, m.Source, state, m.AppliedAt)
+				fmt.Fprintf(tw, "%s\t%05d\t%s\t%s\t%s\n", m.Line, m.Version, m.Source, state, m.AppliedAt)
 			}
 			return tw.Flush()
 		},

@@ -23,11 +23,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-func init() {
-	extraCommands = append(extraCommands,
-		newStatusCmd, newDLQCmd, newRequeueStaleCmd, newAlertCmd, newReadinessCmd, newDocsCmd)
-}
-
 // filterFlags are --queue and --effect-type.
 type filterFlags struct{ f ops.Filter }
 

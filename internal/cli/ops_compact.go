@@ -10,8 +10,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 )
 
-func init() { extraCommands = append(extraCommands, newCompactCmd) }
-
 func newCompactCmd(g *globals) *cobra.Command {
 	var o ops.CompactOptions
 	var asJSON bool

@@ -11,8 +11,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/projection"
 )
 
-func init() { applications = append(applications, projectionApp) }
-
 // projectionFromEnv reads the projection's settings. A target switched on
 // with missing settings stays off and is logged with the missing setting;
 // the rest of the projection still runs.

@@ -21,8 +21,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/projection"
 )
 
-func init() { extraCommands = append(extraCommands, newProjectorCmd) }
-
 // ReadinessOutputDefault is where `readiness projection` writes its result,
 // relative to the working directory.
 const ReadinessOutputDefault = "artifacts/launch/projection-readiness-latest.json"

@@ -96,6 +96,17 @@ func TestProjectorCommands(t *testing.T) {
 	t.Cleanup(s.Close)
 	t.Setenv("OUTBOX_PROJECT_TO_SOLR", "1")
 	t.Setenv("SOLR_BASE_URL", s.URL())
+
+	// Solr on without SOLR_CORE: the command names the variable (the
+	// library names the field, Config.Core) and claims nothing.
+	code, out = runCommand(t, dsn, newProjectorCmd, "once")
+	if code != 0 || !strings.Contains(out, "(solr: SOLR_CORE is empty;") || strings.Contains(out, "Config.") {
+		t.Fatalf("once without SOLR_CORE: %d %q", code, out)
+	}
+	if n := effectsIn(t, pool, "available"); n != 250 {
+		t.Fatalf("%d available after a run without SOLR_CORE, want 250", n)
+	}
+
 	t.Setenv("SOLR_CORE", fakesolr.CoreDefault)
 
 	code, out = runCommand(t, dsn, newProjectorCmd, "once", "--batch", "10", "--json")

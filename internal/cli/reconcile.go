@@ -14,8 +14,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 )
 
-func init() { extraCommands = append(extraCommands, newReconcileCmd) }
-
 func newReconcileCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reconcile",

@@ -91,15 +91,9 @@ outcome of a non-idempotent effect is unknown.`,
 		"debug, info, warn or error (env PGOUTBOX_LOG_LEVEL)")
 	pf.StringVar(&g.logFormat, "log-format", envOr("PGOUTBOX_LOG_FORMAT", "text"),
 		"text or json (env PGOUTBOX_LOG_FORMAT)")
-	root.AddCommand(newVersionCmd(g), newMigrateCmd(g), newServeCmd(g))
-	for _, c := range extraCommands {
-		root.AddCommand(c(g))
-	}
+	root.AddCommand(commands(g)...)
 	return root
 }
-
-// extraCommands are added by the files that define them (one init each).
-var extraCommands []func(*globals) *cobra.Command
 
 // Execute runs the command tree and returns the process exit code.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -20,8 +20,6 @@ import (
 	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
-func init() { extraCommands = append(extraCommands, newWorkCmd) }
-
 // natsFlags are work's broker settings (docs/scale-out.md).
 type natsFlags struct {
 	relay, from  string

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ import (
 	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/server"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
@@ -268,6 +270,22 @@ func (d *Demo) scalar(ctx context.Context, sql string, args ...any) (int64, erro
 	var n int64
 	err := d.o.Pool.QueryRow(ctx, sql, args...).Scan(&n)
 	return n, err
+}
+
+// countRun counts this run's effects (created since the run began) in any
+// of states, of queue ("" for every queue), through the engine's statement.
+func (d *Demo) countRun(ctx context.Context, queue string, states ...string) (int64, error) {
+	counts, err := store.CountCreatedSince(ctx, d.o.Pool, d.since)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range counts {
+		if (queue == "" || c.Queue == queue) && slices.Contains(states, c.State) {
+			n += c.Count
+		}
+	}
+	return n, nil
 }
 
 // GitHubEnv writes the emulator's (throwaway) App key into dir and returns

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 var liveMu sync.Mutex
@@ -55,19 +57,13 @@ func (d *Demo) clearLive() {
 }
 
 func (d *Demo) statusLine(ctx context.Context) (string, error) {
-	rows, err := d.o.Pool.Query(ctx, `SELECT state::text, count(*) FROM pgoutbox.effects WHERE created_at >= $1 GROUP BY 1`, d.since)
+	byQueue, err := store.CountCreatedSince(ctx, d.o.Pool, d.since)
 	if err != nil {
 		return "", err
 	}
-	defer rows.Close()
 	counts := map[string]int64{}
-	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
-			return "", err
-		}
-		counts[s] = n
+	for _, c := range byQueue {
+		counts[c.State] += c.Count
 	}
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
@@ -78,5 +74,5 @@ func (d *Demo) statusLine(ctx context.Context) (string, error) {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
-	return "effects: " + strings.Join(parts, ", "), rows.Err()
+	return "effects: " + strings.Join(parts, ", "), nil
 }

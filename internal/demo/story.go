@@ -43,7 +43,7 @@ func (d *Demo) Story(ctx context.Context) (Summary, error) {
 // settle waits until no effect of this run is available or leased.
 func (d *Demo) settle(ctx context.Context) error {
 	return waitFor(ctx, "every effect to settle", func() (bool, error) {
-		n, err := d.scalar(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE created_at >= $1 AND state IN ('available', 'leased')`, d.since)
+		n, err := d.countRun(ctx, "", "available", "leased")
 		return n == 0, err
 	})
 }

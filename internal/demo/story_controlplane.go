@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // The demo's GitHub installation.
@@ -96,9 +97,8 @@ func (d *Demo) releaseStory(ctx context.Context) (reconcileID int64, err error) 
 	d.say("release control plane: %s's workflow run %d succeeded; its Check Run is concluded", repoAPI, apiRun)
 
 	err = waitFor(ctx, "the lost dispatch in reconciliation_required", func() (bool, error) {
-		err := d.o.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM pgoutbox.effects
-			WHERE effect_type = $1 AND state = 'reconciliation_required' AND created_at >= $2`,
-			controlplane.TypeWorkflowDispatch, d.since).Scan(&reconcileID)
+		var err error
+		reconcileID, err = store.LatestInState(ctx, d.o.Pool, controlplane.TypeWorkflowDispatch, "reconciliation_required", d.since)
 		return reconcileID != 0, err
 	})
 	if err != nil {

@@ -117,15 +117,13 @@ func (p *projectionStory) run(ctx context.Context) error {
 	}
 	p.d.say("record projection: import wrote %d records (%d unchanged, %d rejected); each has a record.upsert effect", res.Written, res.Unchanged, res.Rejected)
 	err = waitFor(ctx, "the projection to drain", func() (bool, error) {
-		n, err := p.d.scalar(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE queue = $1 AND created_at >= $2 AND state IN ('available', 'leased')`,
-			projection.Queue, p.d.since)
+		n, err := p.d.countRun(ctx, projection.Queue, "available", "leased")
 		return n == 0, err
 	})
 	if err != nil {
 		return err
 	}
-	dead, err := p.d.scalar(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE queue = $1 AND created_at >= $2 AND state = 'dead_letter'`,
-		projection.Queue, p.d.since)
+	dead, err := p.d.countRun(ctx, projection.Queue, "dead_letter")
 	if err != nil {
 		return err
 	}

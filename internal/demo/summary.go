@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // QueueState counts this run's effects of one queue in one state.
@@ -39,15 +41,6 @@ type Summary struct {
 	Next  []string `json:"next"`
 }
 
-const summarySQL = `
-SELECT queue, state::text, count(*) FROM pgoutbox.effects
-WHERE created_at >= $1 GROUP BY 1, 2 ORDER BY 1, 2`
-
-const lagSQL = `
-SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)), 0) * 1000,
-       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)), 0) * 1000
-FROM pgoutbox.effects WHERE created_at >= $1 AND state = 'completed' AND resolution IS NULL`
-
 // summarize reads this run's effects from the database.
 func (d *Demo) summarize(ctx context.Context, started time.Time, reconcileID int64, storyErr error) (Summary, error) {
 	s := Summary{RunID: d.run, URL: d.base, Seconds: time.Since(started).Seconds(), ReconcileID: reconcileID,
@@ -55,16 +48,12 @@ func (d *Demo) summarize(ctx context.Context, started time.Time, reconcileID int
 	if storyErr != nil {
 		s.Error = storyErr.Error()
 	}
-	rows, err := d.o.Pool.Query(ctx, summarySQL, d.since)
+	counts, err := store.CountCreatedSince(ctx, d.o.Pool, d.since)
 	if err != nil {
 		return s, err
 	}
-	for rows.Next() {
-		var qs QueueState
-		if err := rows.Scan(&qs.Queue, &qs.State, &qs.Count); err != nil {
-			rows.Close()
-			return s, err
-		}
+	for _, c := range counts {
+		qs := QueueState{Queue: c.Queue, State: c.State, Count: c.Count}
 		s.States = append(s.States, qs)
 		s.Effects += qs.Count
 		switch qs.State {
@@ -77,8 +66,7 @@ func (d *Demo) summarize(ctx context.Context, started time.Time, reconcileID int
 			s.Lost += qs.Count
 		}
 	}
-	rows.Close()
-	if err := d.o.Pool.QueryRow(ctx, lagSQL, d.since).Scan(&s.LagP50Ms, &s.LagP99Ms); err != nil {
+	if s.LagP50Ms, s.LagP99Ms, err = store.CompletionLagSince(ctx, d.o.Pool, d.since); err != nil {
 		return s, err
 	}
 	s.Next = []string{

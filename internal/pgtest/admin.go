@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
 // Environment variables AdminDSN reads.
@@ -86,10 +87,10 @@ func resolveAdmin(ctx context.Context) (string, error) {
 	}
 	tc, err := startTempCluster(ctx)
 	if err != nil {
-		if errors.Is(err, errNoBinaries) {
-			return "", fmt.Errorf("no server on 127.0.0.1:5432 and %v;\n%s", err, installHint(envTestDatabaseURL, "postgres"))
+		if errors.Is(err, embedded.ErrNoBinaries) {
+			return "", fmt.Errorf("no server on 127.0.0.1:5432 and %v;\n%s", err, embedded.InstallHint(envTestDatabaseURL, "postgres"))
 		}
-		if errors.Is(err, errUnreachable) {
+		if errors.Is(err, embedded.ErrUnreachable) {
 			return "", fmt.Errorf("start a throwaway PostgreSQL cluster: %w;\nset TMPDIR to a directory it can reach (e.g. /tmp), or set %s to a server", err, envTestDatabaseURL)
 		}
 		return "", fmt.Errorf("start a throwaway PostgreSQL cluster: %w", err)
@@ -139,12 +140,12 @@ func canCreateDatabases(ctx context.Context, dsn string) bool {
 // directory, the server log and an "owner" file with our pid, served by an
 // attached postmaster.
 type tempCluster struct {
-	c    *cluster
-	pm   *postmaster
+	c    *embedded.Cluster
+	pm   *embedded.Postmaster
 	port int
 }
 
-func (tc *tempCluster) dsn(db string) string { return dsnFor(tc.port, db) }
+func (tc *tempCluster) dsn(db string) string { return embedded.DSN(tc.port, db) }
 
 // startTempCluster creates, initializes and starts a throwaway cluster in a
 // new directory under os.TempDir(). First it deletes the directories of
@@ -163,21 +164,21 @@ func startTempCluster(ctx context.Context) (_ *tempCluster, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	c, err := openCluster(ctx, dir, 0)
+	c, err := embedded.Open(ctx, dir, 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.initdb(ctx, false); err != nil {
+	if err := c.InitDB(ctx, false); err != nil {
 		return nil, err
 	}
 	// A free port can be taken between our probe and the server's bind:
 	// try a few.
 	for attempt := 1; ; attempt++ {
-		port, perr := freePort()
+		port, perr := embedded.FreePort()
 		if perr != nil {
 			return nil, perr
 		}
-		pm, serr := c.startAttached(ctx, port)
+		pm, serr := c.StartAttached(ctx, port)
 		if serr == nil {
 			return &tempCluster{c: c, pm: pm, port: port}, nil
 		}
@@ -189,8 +190,8 @@ func startTempCluster(ctx context.Context) (_ *tempCluster, err error) {
 
 // stop stops the server and deletes the directory.
 func (tc *tempCluster) stop() error {
-	err := tc.pm.stop()
-	if rerr := os.RemoveAll(tc.c.dir); rerr != nil && err == nil {
+	err := tc.pm.Stop()
+	if rerr := os.RemoveAll(tc.c.Dir()); rerr != nil && err == nil {
 		err = rerr
 	}
 	return err
@@ -202,28 +203,17 @@ func (tc *tempCluster) stop() error {
 func sweepTempClusters() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
 	for _, dir := range dirs {
-		if intInFile(filepath.Join(dir, "owner")) <= 0 { // being created, or not ours
+		if embedded.IntInFile(filepath.Join(dir, "owner")) <= 0 { // being created, or not ours
 			continue
 		}
-		if processAlive(intInFile(filepath.Join(dir, "owner"))) {
+		if embedded.ProcessAlive(embedded.IntInFile(filepath.Join(dir, "owner"))) {
 			continue
 		}
-		if pid := intInFile(filepath.Join(dir, "pgdata", "postmaster.pid")); pid > 0 && processAlive(pid) {
+		if pid := embedded.IntInFile(filepath.Join(dir, "pgdata", "postmaster.pid")); pid > 0 && embedded.ProcessAlive(pid) {
 			continue
 		}
 		_ = os.RemoveAll(dir)
 	}
-}
-
-// intInFile reads the number on the first line of a file (0 if none).
-func intInFile(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
 }
 
 // Shutdown stops and deletes the throwaway cluster this process started, if

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/migrations"
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
 // Shutdown modes of [Cluster.Stop] and [Cluster.Restart], as pg_ctl names them.
@@ -40,11 +40,11 @@ const (
 // against a server crash but not an operating-system crash; that is enough
 // for tests that kill the server, never the machine.
 type Cluster struct {
-	c    *cluster
+	c    *embedded.Cluster
 	port int
 
 	mu sync.Mutex
-	pm *postmaster // nil while stopped
+	pm *embedded.Postmaster // nil while stopped
 }
 
 // NewCluster creates and starts a cluster for tb. conf lines are appended to
@@ -65,18 +65,18 @@ func NewCluster(tb testing.TB, conf ...string) *Cluster {
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
-	c, err := openCluster(ctx, dir, 0)
+	c, err := embedded.Open(ctx, dir, 0)
 	if err != nil {
 		tb.Fatalf("pgtest: cluster: %v", err)
 	}
-	if err := c.initdb(ctx, true); err != nil {
+	if err := c.InitDB(ctx, true); err != nil {
 		tb.Fatalf("pgtest: initdb: %v", err)
 	}
 	extra := "\n# pgtest.NewCluster\nfsync = off\n"
 	for _, line := range conf {
 		extra += line + "\n"
 	}
-	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(c.DataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
@@ -89,11 +89,11 @@ func NewCluster(tb testing.TB, conf ...string) *Cluster {
 	}
 	cl := &Cluster{c: c}
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := embedded.FreePort()
 		if err != nil {
 			tb.Fatalf("pgtest: %v", err)
 		}
-		pm, err := c.startAttached(ctx, port)
+		pm, err := c.StartAttached(ctx, port)
 		if err == nil {
 			cl.port, cl.pm = port, pm
 			break
@@ -116,10 +116,10 @@ func NewCluster(tb testing.TB, conf ...string) *Cluster {
 func (cl *Cluster) Port() int { return cl.port }
 
 // DSN is the superuser connection string of database db.
-func (cl *Cluster) DSN(db string) string { return dsnFor(cl.port, db) }
+func (cl *Cluster) DSN(db string) string { return embedded.DSN(cl.port, db) }
 
 // LogFile is the path of the server log, for failure messages.
-func (cl *Cluster) LogFile() string { return cl.c.logFile() }
+func (cl *Cluster) LogFile() string { return cl.c.LogFile() }
 
 // NewDB creates a database on the cluster holding every embedded migration
 // and returns its connection string. The database goes away with the
@@ -133,7 +133,7 @@ func (cl *Cluster) NewDB(tb testing.TB) string {
 		tb.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	dsn := cl.DSN(name)
-	if _, err := migrations.Up(ctx, dsn); err != nil {
+	if err := migrateAll(ctx, dsn); err != nil {
 		tb.Fatalf("pgtest: migrate %s: %v", name, err)
 	}
 	return dsn
@@ -158,22 +158,12 @@ func (cl *Cluster) Stop(mode string) error {
 	cl.pm = nil
 	switch mode {
 	case StopFast:
-		return pm.stop()
+		return pm.Stop()
 	case StopImmediate:
-		defer pm.log.Close()
-		if err := kill(pm.proc); err != nil {
-			return fmt.Errorf("pgtest: signal postmaster: %w", err)
+		if err := pm.StopImmediate(); err != nil {
+			return fmt.Errorf("pgtest: %w", err)
 		}
-		t := time.NewTimer(startTimeout)
-		defer t.Stop()
-		select {
-		case <-pm.done:
-			return nil
-		case <-t.C:
-			_ = pm.proc.Kill()
-			<-pm.done
-			return fmt.Errorf("pgtest: postgres did not exit within %s of an immediate shutdown", startTimeout)
-		}
+		return nil
 	default:
 		cl.pm = pm
 		return fmt.Errorf("pgtest: unknown shutdown mode %q (want %q or %q)", mode, StopFast, StopImmediate)
@@ -188,7 +178,7 @@ func (cl *Cluster) Start(ctx context.Context) error {
 	if cl.pm != nil {
 		return nil
 	}
-	pm, err := cl.c.startAttached(ctx, cl.port)
+	pm, err := cl.c.StartAttached(ctx, cl.port)
 	if err != nil {
 		return fmt.Errorf("pgtest: start cluster: %w", err)
 	}

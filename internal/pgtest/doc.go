@@ -1,6 +1,9 @@
-// Package pgtest provides real PostgreSQL servers: one for every test, and
-// the persistent "embedded default" cluster the pgoutbox binary uses when no
-// DATABASE_URL is given.
+// Package pgtest provides real PostgreSQL servers for tests: a fresh
+// database for every test, restartable clusters and PgBouncer. It is test
+// code (it imports testing) and only tests import it; the persistent
+// "embedded default" cluster the pgoutbox binary uses when no DATABASE_URL
+// is given lives in internal/embedded, whose cluster plumbing this package
+// shares.
 //
 // # Tests
 //
@@ -59,14 +62,6 @@
 // they are named pgoutbox_t_<pid>_<random>_<n> and may be dropped at will.
 // NewDB needs PostgreSQL 13 or later.
 //
-// # Embedded default
-//
-// EnsureLocal keeps a persistent cluster in a directory (the binary passes
-// "./.pgoutbox"), reused across runs and left running when the process exits;
-// StopLocal stops it and ResetLocal deletes it. It shares the cluster code
-// with the throwaway test cluster; see EnsureLocal for its guarantees and its
-// behaviour as root.
-//
-// This package is internal: it is test infrastructure and a development
-// convenience, not a way to run PostgreSQL in production.
+// This package is internal: it is test infrastructure, not a way to run
+// PostgreSQL in production.
 package pgtest

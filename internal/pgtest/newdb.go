@@ -18,8 +18,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	cpmigrations "github.com/pgoutbox/pgoutbox/controlplane/migrations"
 	"github.com/pgoutbox/pgoutbox/migrations"
+	projmigrations "github.com/pgoutbox/pgoutbox/projection/migrations"
 )
+
+// lines are the migration lines of every database NewDB returns: the
+// engine's and both applications' (their tests need their schemas).
+var lines = []migrations.Line{migrations.Engine, cpmigrations.Line, projmigrations.Line}
+
+// migrateAll applies every line to dsn's database.
+func migrateAll(ctx context.Context, dsn string) error {
+	_, err := migrations.UpLines(ctx, dsn, lines...)
+	return err
+}
 
 // templateLockKey is the advisory lock ("pgoutbox" in ASCII) that serializes
 // template creation among every process using the same server.
@@ -44,32 +56,36 @@ var tpl struct {
 }
 
 // templateName is "pgoutbox_tpl_" and the first 12 hex digits of a SHA-256
-// over the embedded migration files' names and contents: a changed, added or
-// removed migration yields a new template.
+// over every line's name and its embedded migration files' names and
+// contents: a changed, added or removed migration or line yields a new
+// template.
 var templateName = sync.OnceValues(func() (string, error) {
-	fsys := migrations.FS()
 	h := sha256.New()
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(fsys, p)
+	for _, l := range lines {
+		fmt.Fprintf(h, "line\x00%s\x00%s\x00", l.Name, l.VersionTable())
+		err := fs.WalkDir(l.FS, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(l.FS, p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
+			h.Write(b)
+			return nil
+		})
 		if err != nil {
-			return err
+			return "", fmt.Errorf("hash migrations of the %s line: %w", l.Name, err)
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
-		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("hash migrations: %w", err)
 	}
 	return "pgoutbox_tpl_" + hex.EncodeToString(h.Sum(nil))[:12], nil
 })
 
 // NewDB creates a database for tb alone and returns its connection string
 // (the AdminDSN role, so a superuser on our own clusters). The database holds
-// every embedded migration, is empty otherwise, and is dropped WITH (FORCE)
+// every embedded migration of every line (the engine's and both
+// applications'), is empty otherwise, and is dropped WITH (FORCE)
 // when tb's cleanups run, closing whatever connections to it remain.
 //
 // It is cloned from a template database (CREATE DATABASE ... TEMPLATE), built
@@ -158,7 +174,7 @@ func ensureTemplate(ctx context.Context, adminDSN string) (string, error) {
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE template0 ENCODING 'UTF8'"); err != nil {
 			return "", fmt.Errorf("create %s: %w", name, err)
 		}
-		if _, err := migrations.Up(ctx, withDatabase(adminDSN, name)); err != nil {
+		if err := migrateAll(ctx, withDatabase(adminDSN, name)); err != nil {
 			return "", fmt.Errorf("migrate %s: %w", name, err)
 		}
 		// Marking it a template is what makes it count as built; refusing

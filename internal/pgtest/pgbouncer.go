@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox/internal/embedded"
 )
 
 // PgBouncer is a PgBouncer process of one test, in transaction pooling mode,
@@ -67,7 +69,7 @@ func NewPgBouncer(tb testing.TB, backendDSN string, settings ...string) *PgBounc
 	if err != nil {
 		tb.Fatalf("pgtest: pgbouncer backend: %v", err)
 	}
-	as, err := serverUser()
+	as, err := embedded.ServerUser()
 	if err != nil {
 		tb.Fatalf("pgtest: pgbouncer: %v", err)
 	}
@@ -76,12 +78,12 @@ func NewPgBouncer(tb testing.TB, backendDSN string, settings ...string) *PgBounc
 		tb.Fatalf("pgtest: %v", err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := chown(dir, as); err != nil {
+	if err := embedded.Chown(dir, as); err != nil {
 		tb.Fatalf("pgtest: pgbouncer directory: %v", err)
 	}
 	pb := &PgBouncer{dir: dir, user: cfg.User, password: cfg.Password}
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := embedded.FreePort()
 		if err != nil {
 			tb.Fatalf("pgtest: %v", err)
 		}
@@ -136,19 +138,19 @@ func (pb *PgBouncer) conf(cfg *pgx.ConnConfig, settings []string) (string, error
 
 // start runs pgbouncer as our child and waits until it forwards a
 // connection; stop shuts it down.
-func (pb *PgBouncer) start(bin string, as *osUser, cfg *pgx.ConnConfig, settings []string) (stop func(), err error) {
+func (pb *PgBouncer) start(bin string, as *embedded.OSUser, cfg *pgx.ConnConfig, settings []string) (stop func(), err error) {
 	ini, err := pb.conf(cfg, settings)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range []string{ini, filepath.Join(pb.dir, "userlist.txt")} {
-		if err := chown(f, as); err != nil {
+		if err := embedded.Chown(f, as); err != nil {
 			return nil, err
 		}
 	}
 	cmd := exec.Command(bin, ini)
 	cmd.Dir = pb.dir
-	cmd.SysProcAttr = sysProcAttr(as, true)
+	cmd.SysProcAttr = embedded.SysProcAttr(as, true)
 	out, err := os.OpenFile(filepath.Join(pb.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -166,12 +168,12 @@ func (pb *PgBouncer) start(bin string, as *osUser, cfg *pgx.ConnConfig, settings
 		_ = interruptHard(cmd.Process)
 		select {
 		case <-done:
-		case <-time.After(startTimeout):
+		case <-time.After(embedded.StartTimeout):
 			_ = cmd.Process.Kill()
 			<-done
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), embedded.StartTimeout)
 	defer cancel()
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
@@ -183,10 +185,10 @@ func (pb *PgBouncer) start(bin string, as *osUser, cfg *pgx.ConnConfig, settings
 		}
 		select {
 		case <-done:
-			return nil, fmt.Errorf("pgbouncer exited during startup: %s\n%s", tail(filepath.Join(pb.dir, "stderr.log"), 10), tail(pb.LogFile(), 10))
+			return nil, fmt.Errorf("pgbouncer exited during startup: %s\n%s", embedded.Tail(filepath.Join(pb.dir, "stderr.log"), 10), embedded.Tail(pb.LogFile(), 10))
 		case <-ctx.Done():
 			stop()
-			return nil, fmt.Errorf("pgbouncer did not forward a connection on 127.0.0.1:%d: %v\n%s", pb.port, cerr, tail(pb.LogFile(), 10))
+			return nil, fmt.Errorf("pgbouncer did not forward a connection on 127.0.0.1:%d: %v\n%s", pb.port, cerr, embedded.Tail(pb.LogFile(), 10))
 		case <-time.After(25 * time.Millisecond):
 		}
 	}

@@ -108,3 +108,63 @@ func explain(ctx context.Context, t *testing.T, pool *pgxpool.Pool, name, sql st
 	}
 	return plan.String()
 }
+
+// The /workers and `status` aggregates follow the live backlog and the
+// window's completions, not the retained history: with 20,000 completed
+// effects retained from hours ago, Stats, Throughput and Attention read them
+// through their partial indexes and never scan the table (the projection's
+// former copy of the stats query, without Stats' WHERE, was a sequential
+// scan of every retained row on each /workers refresh).
+func TestReportsUseThePartialIndexes(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, sql := range []string{
+		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, state, completed_at, created_at)
+		 SELECT 'q', 't', g::text, 'completed', now() - interval '3 hours', now() - interval '3 hours'
+		 FROM generate_series(1, 20000) g`,
+		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key)
+		 SELECT 'q', 't', 'live' || g FROM generate_series(1, 20) g`,
+		`UPDATE pgoutbox.effects SET state = 'dead_letter', dead_lettered_at = now() WHERE idempotency_key = 'live1'`,
+		`ANALYZE pgoutbox.effects`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	for name, st := range map[string]struct {
+		sql  string
+		args []any
+		uses []string
+	}{
+		"stats": {statsSQL, []any{"", "", 0.0, 60.0},
+			[]string{"effects_claim_idx", "effects_lease_expiry_idx", "effects_attention_idx", "effects_completed_idx"}},
+		"throughput": {throughputSQL, []any{60.0}, []string{"effects_completed_idx"}},
+		"attention":  {attentionSQL, []any{50}, []string{"effects_attention_idx"}},
+	} {
+		p := explain(ctx, t, pool, name, st.sql, st.args...)
+		if strings.Contains(p, "Seq Scan on effects") {
+			t.Errorf("%s scans the whole table:\n%s", name, p)
+		}
+		for _, idx := range st.uses {
+			if !strings.Contains(p, idx) {
+				t.Errorf("%s does not use %s:\n%s", name, idx, p)
+			}
+		}
+	}
+	// And the numbers: the retained history is not counted.
+	stats, err := Stats(ctx, pool, OpsFilter{}, 0, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, s := range stats {
+		if s.QueueTotal {
+			got[s.State] = s.Count
+		}
+	}
+	if got["available"] != 19 || got["dead_letter"] != 1 || got["completed"] != 0 {
+		t.Fatalf("stats by state: %v", got)
+	}
+}

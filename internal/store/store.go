@@ -233,6 +233,11 @@ type Claimed struct {
 	CreatedAt         time.Time
 	ClaimLatency      time.Duration // now() at claim minus available_at
 	DeliveryStartedAt *time.Time
+	// Suspect is set by LockClaim only: the effect was attempted before, or
+	// its row still carries the lock of an earlier claimer that never wrote
+	// it (a row-lock holder whose worker died during the hold). It must not
+	// be delivered under a row lock, which would count no attempt.
+	Suspect bool
 }
 
 // claimableSQL picks the head of a queue's available effects, locking them
@@ -282,13 +287,23 @@ func claim(ctx context.Context, db DBTX, queue, owner string, limit int, lease t
 }
 
 func scanClaimed(rows pgx.Rows) ([]Claimed, error) {
+	return scanClaimedRows(rows, false)
+}
+
+// scanClaimedRows scans claimedColumns, followed by the suspect flag when
+// suspect is set (lockClaimSQL).
+func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 	defer rows.Close()
 	var out []Claimed
 	for rows.Next() {
 		var c Claimed
 		var lat float64
-		if err := rows.Scan(&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
-			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt); err != nil {
+		dest := []any{&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
+			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt}
+		if suspect {
+			dest = append(dest, &c.Suspect)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		if lat < 0 {
@@ -300,15 +315,28 @@ func scanClaimed(rows pgx.Rows) ([]Claimed, error) {
 	return out, MapError(rows.Err())
 }
 
+// lockClaimSQL's last column is Claimed.Suspect. A row lock is written into
+// the row: SELECT … FOR UPDATE stores the locker's transaction id in the
+// tuple's xmax, and it stays there when that transaction ends without
+// updating the row. Every claim that locks an available row and commits
+// also updates it (a row-lock batch completes or promotes each row it
+// locked, a durable claim leases it), so an available row whose xmax is set
+// was locked by a claimer that died (or lost its connection) during the
+// hold — or, harmlessly, by a statement that locks before it updates (a
+// failure or release routed back to available, a sweeper). xmax is read
+// as the scan saw the row, before this statement's own lock. Rows that
+// were attempted before (attempts > 0) are suspect too, whatever wrote
+// them last: a retry takes a durable lease.
 const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts + 1, e.max_attempts,
     '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
-    e.delivery_started_at` + claimableSQL
+    e.delivery_started_at, (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
 
 // LockClaim is the claim of a row-lock lease: inside tx it locks up to limit
 // available effects of a queue (oldest first, skipping rows another claimer
 // holds) and writes nothing. The lease is the row lock: it lasts as long as
 // tx, and the server ends tx if it sits idle for idle (a frozen worker).
-// Attempt is the attempt a delivery would be; Token is zero.
+// Attempt is the attempt a delivery would be; Token is zero. Suspect rows
+// (see lockClaimSQL) must be promoted before they are delivered.
 func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle time.Duration) ([]Claimed, error) {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
@@ -323,7 +351,7 @@ func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle tim
 	if err != nil {
 		return nil, MapError(err)
 	}
-	return scanClaimed(rows)
+	return scanClaimedRows(rows, true)
 }
 
 const promoteSQL = `WITH next AS (SELECT id FROM unnest($1::bigint[]) AS id LIMIT $2)` + leaseSQL
@@ -514,14 +542,43 @@ func MarkStarted(ctx context.Context, db DBTX, f Fence) (found bool, err error) 
 	return tag.RowsAffected() == 1, nil
 }
 
-const extendSQL = fencedSQL + `
-UPDATE pgoutbox.effects e
-SET lease_expires_at = now() + make_interval(secs => $4)
-WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
-RETURNING e.id`
+// extendSQL never waits for another transaction: a fenced row that is
+// locked (its own completion transaction running a job or transitions, a
+// group commit, a sweeper) is skipped, not extended, and reported held when
+// the statement's snapshot still shows the lease; the next round extends it
+// or finds it lost. Waiting there would stall every lease of the batch, and
+// every group commit behind them, for as long as the slowest job runs.
+const extendSQL = `
+WITH f AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id
+), held AS (
+    -- LIMIT 1 keeps the subquery from being flattened into a hash join
+    -- over the whole table: one primary-key probe per fence.
+    SELECT x.id FROM f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        LIMIT 1
+    ) x
+), locked AS (
+    SELECT x.id FROM f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        FOR UPDATE SKIP LOCKED
+    ) x
+), extended AS (
+    UPDATE pgoutbox.effects e
+    SET lease_expires_at = now() + make_interval(secs => $4)
+    WHERE e.id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING e.id
+)
+SELECT id FROM held UNION SELECT id FROM extended`
 
 // Extend pushes the leases of in-flight effects to now()+lease in one
-// statement and returns the ids still held; a missing id lost its lease.
+// statement and returns the ids still held; a missing id lost its lease. It
+// never waits for a row lock: a locked row is left as it is and reported
+// held while its lease still matches (see extendSQL).
 func Extend(ctx context.Context, db DBTX, fences []Fence, lease time.Duration) (map[int64]bool, error) {
 	ids, toks, types := fenceArrays(fences)
 	rows, err := db.Query(ctx, extendSQL, ids, toks, types, lease.Seconds())

@@ -119,8 +119,9 @@ type TokenError struct {
 	// Message is GitHub's "message" (bounded, credentials scrubbed) or a
 	// description of what was wrong with the response.
 	Message string
-	// RetryAfter is the wait GitHub asked for via Retry-After or, when the
-	// rate limit is exhausted, x-ratelimit-reset; 0 when it asked for none.
+	// RetryAfter is the wait GitHub asked for via Retry-After (seconds or
+	// an HTTP-date) or, when the rate limit is exhausted, x-ratelimit-reset
+	// (a minute when the reset is unreadable); 0 when it asked for none.
 	RetryAfter time.Duration
 }
 
@@ -347,24 +348,8 @@ func tokenScrub(message string, secrets ...string) string {
 	return message
 }
 
-// tokenRetryAfter reads Retry-After (seconds or HTTP date) or, when
-// x-ratelimit-remaining is 0, x-ratelimit-reset (epoch seconds).
+// tokenRetryAfter is the wait GitHub asked for (rateLimitWait), 0 when none.
 func tokenRetryAfter(h http.Header, now time.Time) time.Duration {
-	if v := h.Get("Retry-After"); v != "" {
-		if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
-			return time.Duration(secs) * time.Second
-		}
-		if at, err := http.ParseTime(v); err == nil && at.After(now) {
-			return at.Sub(now)
-		}
-	}
-	if h.Get("X-Ratelimit-Remaining") == "0" {
-		if reset, err := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64); err == nil {
-			if d := time.Unix(reset, 0).Sub(now); d > 0 {
-				return d
-			}
-			return time.Second
-		}
-	}
-	return 0
+	d, _ := rateLimitWait(h, now)
+	return d
 }

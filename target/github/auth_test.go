@@ -347,6 +347,20 @@ func TestTokenSourceErrorsNeverLeakCredentials(t *testing.T) {
 			},
 		},
 		{
+			name: "429 with an HTTP-date Retry-After", status: 429, temporary: true, retry: 45 * time.Second,
+			answer: func(w http.ResponseWriter, r *http.Request, _ int) {
+				w.Header().Set("Retry-After", "Sun, 01 Mar 2026 12:00:45 GMT")
+				w.WriteHeader(http.StatusTooManyRequests)
+			},
+		},
+		{
+			name: "403 with an HTTP-date Retry-After", status: 403, temporary: true, retry: 2 * time.Minute,
+			answer: func(w http.ResponseWriter, r *http.Request, _ int) {
+				w.Header().Set("Retry-After", "Sunday, 01-Mar-26 12:02:00 GMT")
+				w.WriteHeader(http.StatusForbidden)
+			},
+		},
+		{
 			name: "404 unknown installation", status: 404,
 			answer: func(w http.ResponseWriter, r *http.Request, _ int) {
 				w.WriteHeader(http.StatusNotFound)

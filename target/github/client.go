@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/target/internal/httpout"
 )
 
 // responseLimit bounds how much of a response body is read.
@@ -67,7 +68,8 @@ func CheckRunConclusion(workflowConclusion string) string {
 // as an installation, and classifies every failure as a pgoutbox outcome
 // (docs/design.md, "GitHub App auth"): 401/404/422 and 403 "Resource not
 // accessible by integration" are permanent; 403/429 with rate-limit headers
-// retry after the reset or Retry-After; 5xx and transport errors retry for
+// retry after the reset or Retry-After (delay-seconds or an HTTP-date, both
+// measured from the answer's Date); 5xx and transport errors retry for
 // replay-safe calls and are ambiguous for a dispatch (unless the request
 // provably never left: a dial error).
 //
@@ -443,27 +445,29 @@ func classify(op string, resp *http.Response, data []byte, idempotent bool, toke
 	return pgoutbox.Permanent(err)
 }
 
-// rateLimited reads GitHub's rate-limit answers: Retry-After (secondary
-// limits), or x-ratelimit-remaining: 0 with x-ratelimit-reset (primary
-// limits, measured against the response's own Date so that this host's
-// clock does not matter).
+// rateLimited reads GitHub's rate-limit answers on 403 and 429 (see
+// rateLimitWait), measured against the response's own Date so that this
+// host's clock does not matter.
 func rateLimited(resp *http.Response) (time.Duration, bool) {
 	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
 		return 0, false
 	}
-	if s := resp.Header.Get("Retry-After"); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
-			return time.Duration(n) * time.Second, true
-		}
+	return rateLimitWait(resp.Header, httpout.ServerNow(resp.Header, time.Now()))
+}
+
+// rateLimitWait reads the wait GitHub asks for: Retry-After, seconds or an
+// HTTP-date (secondary limits), or, when x-ratelimit-remaining is 0,
+// x-ratelimit-reset in epoch seconds (primary limits; a minute when the
+// reset is unreadable, at least a second when it has passed). ok is false
+// when the answer asks for no wait.
+func rateLimitWait(h http.Header, now time.Time) (time.Duration, bool) {
+	if d, ok := httpout.RetryAfter(h, now); ok {
+		return d, true
 	}
-	if resp.Header.Get("X-RateLimit-Remaining") == "0" {
-		reset, err := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
+	if h.Get("X-RateLimit-Remaining") == "0" {
+		reset, err := strconv.ParseInt(strings.TrimSpace(h.Get("X-RateLimit-Reset")), 10, 64)
 		if err != nil {
 			return time.Minute, true
-		}
-		now := time.Now()
-		if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
-			now = d
 		}
 		return max(time.Unix(reset, 0).Sub(now), time.Second), true
 	}

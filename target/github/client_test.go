@@ -262,3 +262,50 @@ func TestPaginationReadsLinkHeaderVariants(t *testing.T) {
 		t.Fatalf("%d runs over %d pages, %v; want 3 over 3", len(runs), pages.Load(), err)
 	}
 }
+
+// TestRateLimitWaits: GitHub's rate-limit answers are retried no earlier
+// than the wait they ask for, Retry-After as seconds or as an HTTP-date
+// (RFC 9110), measured from the answer's Date; other 403s stay permanent.
+func TestRateLimitWaits(t *testing.T) {
+	t.Parallel()
+	const date = "Sun, 01 Mar 2026 12:00:00 GMT"
+	serverNow := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		status int
+		header map[string]string
+		want   pgoutbox.Outcome
+		after  time.Duration
+	}{
+		{"429 Retry-After date", 429, map[string]string{"Retry-After": "Sun, 01 Mar 2026 12:00:45 GMT"}, pgoutbox.OutcomeRetryAfter, 45 * time.Second},
+		{"403 Retry-After date", 403, map[string]string{"Retry-After": "Sun, 01 Mar 2026 12:02:00 GMT"}, pgoutbox.OutcomeRetryAfter, 2 * time.Minute},
+		{"429 Retry-After seconds", 429, map[string]string{"Retry-After": "30"}, pgoutbox.OutcomeRetryAfter, 30 * time.Second},
+		{"403 reset", 403, map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": strconv.FormatInt(serverNow.Add(90*time.Second).Unix(), 10)}, pgoutbox.OutcomeRetryAfter, 90 * time.Second},
+		{"429 without a wait", 429, nil, pgoutbox.OutcomeRetryAfter, time.Minute},
+		{"403 forbidden", 403, map[string]string{"Retry-After": "later"}, pgoutbox.OutcomePermanent, 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/access_tokens") {
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write([]byte(`{"token":"ghs_x","expires_at":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`))
+				return
+			}
+			w.Header().Set("Date", date)
+			for k, v := range tc.header {
+				w.Header().Set(k, v)
+			}
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte(`{"message":"slow down"}`))
+		}))
+		ts, err := github.NewTokenSource(srv.Client(), srv.URL, "12345", testKey(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = github.NewClient(srv.Client(), srv.URL, ts).GetWorkflowRun(t.Context(), 7, "acme/widgets", 1)
+		srv.Close()
+		var oe *pgoutbox.OutcomeError
+		if !errors.As(err, &oe) || oe.Outcome != tc.want || oe.After != tc.after || !strings.Contains(err.Error(), "slow down") {
+			t.Errorf("%s: %v (%+v), want %s after %s", tc.name, err, oe, tc.want, tc.after)
+		}
+	}
+}

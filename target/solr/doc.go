@@ -33,7 +33,8 @@
 // # Outcomes
 //
 // Errors are pgoutbox outcomes: 5xx, 408, 429 and transport errors are
-// retries (Retry-After honoured on 429 and 503), a lost response is
+// retries (on 429 and 503 no earlier than Retry-After, delay-seconds or
+// an HTTP-date measured from the answer's Date), a lost response is
 // ambiguous (a retry for this replay-safe effect), any other 4xx (401, 403,
 // 400, 404) is permanent. Error text never contains the password, and URLs
 // never carry credentials (Validate refuses them).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/target/internal/httpout"
 )
 
 // Defaults of Config.
@@ -29,8 +30,6 @@ const (
 	// concurrency race (409) is re-read and re-sent before the delivery is
 	// retried later.
 	ConflictRetries = 3
-	// maxErrorBody bounds how much of an error response is read.
-	maxErrorBody = 4 << 10
 	// maxBody bounds how much of a success response is read.
 	maxBody = 1 << 20
 )
@@ -65,23 +64,22 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// Validate names the first missing or invalid setting.
+// Validate names the first missing or invalid setting by its Go field, e.g.
+// "solr: Config.Core is empty" (an application that reads the settings
+// from elsewhere, such as the environment, renames the fields in its own
+// messages).
 func (c Config) Validate() error {
 	if strings.TrimSpace(c.BaseURL) == "" {
-		return errors.New("SOLR_BASE_URL is not set")
+		return errors.New("solr: Config.BaseURL is empty")
 	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("SOLR_BASE_URL is not an http(s) URL")
-	}
-	if u.User != nil {
-		return errors.New("SOLR_BASE_URL must not carry credentials: set SOLR_USERNAME and SOLR_PASSWORD")
+	if p := httpout.URLProblem(c.BaseURL); p != "" {
+		return errors.New("solr: Config.BaseURL " + p)
 	}
 	if strings.TrimSpace(c.Core) == "" {
-		return errors.New("SOLR_CORE is not set")
+		return errors.New("solr: Config.Core is empty")
 	}
 	if c.Password != "" && c.Username == "" {
-		return errors.New("SOLR_PASSWORD is set but SOLR_USERNAME is not")
+		return errors.New("solr: Config.Password is set but Config.Username is empty")
 	}
 	return nil
 }
@@ -128,7 +126,7 @@ type Client struct {
 // New validates cfg and returns a Client.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("solr: %w", err)
+		return nil, err
 	}
 	if cfg.CommitWithin <= 0 {
 		cfg.CommitWithin = CommitWithinDefault
@@ -136,10 +134,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = TimeoutDefault
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
-	}
+	hc := httpout.Client(cfg.HTTPClient, cfg.Timeout)
 	base := strings.TrimRight(cfg.BaseURL, "/") + "/" + url.PathEscape(cfg.Core)
 	return &Client{cfg: cfg, http: hc, update: base + "/update", get: base + "/get"}, nil
 }
@@ -351,7 +346,7 @@ func (c *Client) add(ctx context.Context, doc map[string]any) (conflict bool, er
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusConflict:
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		_ = httpout.ErrorBody(resp)
 		return true, nil
 	case resp.StatusCode/100 == 2:
 		var out struct {
@@ -378,67 +373,27 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return nil, pgoutbox.Ambiguous(fmt.Errorf("solr: %s %s: %w", req.Method, req.URL.Path, ctxErr))
-		}
-		return nil, pgoutbox.Ambiguous(fmt.Errorf("solr: %s %s: %w", req.Method, req.URL.Path, unwrapURL(err)))
+		return nil, httpout.TransportError("solr", req, err)
 	}
 	return resp, nil
 }
 
-// unwrapURL drops *url.Error's URL (it may carry query values).
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// classify maps an error status to an outcome.
+// classify maps an error status to an outcome (httpout.Outcome: 429 and
+// 503 honour Retry-After, other 5xx and 408 retry, the rest is permanent),
+// with Solr's error.msg in the text.
 func classify(resp *http.Response, op string) error {
-	msg := errorMessage(resp)
-	err := fmt.Errorf("solr: %s: HTTP %d%s", op, resp.StatusCode, msg)
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
-			return pgoutbox.RetryAfter(d, err)
-		}
-		return pgoutbox.Retry(err)
-	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout:
-		return pgoutbox.Retry(err)
-	default:
-		return pgoutbox.Permanent(err)
-	}
+	return httpout.Outcome(resp, fmt.Errorf("solr: %s: HTTP %d%s", op, resp.StatusCode, errorMessage(resp)))
 }
 
 // errorMessage extracts Solr's error.msg (bounded), if any.
 func errorMessage(resp *http.Response) string {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var out struct {
 		Error struct {
 			Msg string `json:"msg"`
 		} `json:"error"`
 	}
-	if json.Unmarshal(b, &out) == nil && out.Error.Msg != "" {
-		m := out.Error.Msg
-		if len(m) > 300 {
-			m = m[:300] + "…"
-		}
-		return ": " + m
+	if json.Unmarshal(httpout.ErrorBody(resp), &out) == nil && out.Error.Msg != "" {
+		return ": " + httpout.Excerpt(out.Error.Msg, 300)
 	}
 	return ""
-}
-
-func retryAfter(v string) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return time.Until(t), true
-	}
-	return 0, false
 }

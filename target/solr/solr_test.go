@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -186,14 +187,19 @@ func TestConfigValidate(t *testing.T) {
 		cfg  solr.Config
 		want string
 	}{
-		{solr.Config{Core: "c"}, "SOLR_BASE_URL is not set"},
-		{solr.Config{BaseURL: "ftp://x", Core: "c"}, "not an http(s) URL"},
-		{solr.Config{BaseURL: "http://u:p@x/solr", Core: "c"}, "must not carry credentials"},
-		{solr.Config{BaseURL: "http://x/solr"}, "SOLR_CORE is not set"},
-		{solr.Config{BaseURL: "http://x/solr", Core: "c", Password: "p"}, "SOLR_USERNAME"},
+		{solr.Config{Core: "c"}, "solr: Config.BaseURL is empty"},
+		{solr.Config{BaseURL: "ftp://x", Core: "c"}, "solr: Config.BaseURL is not an http(s) URL"},
+		{solr.Config{BaseURL: "http://u:p@x/solr", Core: "c"}, "solr: Config.BaseURL must not carry credentials: set Config.Username and Config.Password"},
+		{solr.Config{BaseURL: "http://x/solr"}, "solr: Config.Core is empty"},
+		{solr.Config{BaseURL: "http://x/solr", Core: "c", Password: "p"}, "solr: Config.Password is set but Config.Username is empty"},
 	} {
-		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		// The library names Go fields, never environment variables (the
+		// application that reads the environment maps them).
+		if err := tc.cfg.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+		if _, err := solr.New(tc.cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v): %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
 	if err := (solr.Config{BaseURL: "http://x/solr", Core: "c"}).Validate(); err != nil {
@@ -250,5 +256,29 @@ func TestFieldNamesSolrRefusesAreMapped(t *testing.T) {
 	}
 	if d[solr.VersionField] != json.Number("4") || d["id"] != "r1" {
 		t.Errorf("the handler's fields were overridden: %v", d)
+	}
+}
+
+// TestRetryAfterHTTPDate: Solr's 429 and 503 with a Retry-After HTTP-date
+// (RFC 9110) are retried no earlier than that date, measured from the
+// answer's Date and not this host's clock (httpout's tests hold the
+// parser's cases).
+func TestRetryAfterHTTPDate(t *testing.T) {
+	t.Parallel()
+	for status, retryAfter := range map[int]string{429: "Tue, 01 Dec 2026 09:00:45 GMT", 503: "Tuesday, 01-Dec-26 09:00:45 GMT"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Date", "Tue, 01 Dec 2026 09:00:00 GMT")
+			w.Header().Set("Retry-After", retryAfter)
+			http.Error(w, `{"error":{"msg":"busy"}}`, status)
+		}))
+		c, err := solr.New(solr.Config{BaseURL: srv.URL + "/solr", Core: core})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Upsert(context.Background(), doc(1, "x"))
+		srv.Close()
+		if oe := (*pgoutbox.OutcomeError)(nil); !errors.As(err, &oe) || oe.After != 45*time.Second || !strings.Contains(err.Error(), "busy") {
+			t.Errorf("HTTP %d Retry-After %q: %v, want a retry after 45s", status, retryAfter, err)
+		}
 	}
 }

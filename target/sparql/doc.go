@@ -23,8 +23,9 @@
 // (application/x-www-form-urlencoded, SPARQL 1.1 Protocol §2.2.1), with HTTP
 // basic auth when a username is set; with Config.GraphStoreURL the graph is
 // instead replaced by a Graph Store Protocol PUT of N-Triples. Errors are pgoutbox outcomes: 5xx, 408,
-// 429 and transport errors retry (Retry-After honoured), any other 4xx is
-// permanent; error text never carries the password.
+// 429 and transport errors retry (on 429 and 503 no earlier than
+// Retry-After, delay-seconds or an HTTP-date measured from the answer's
+// Date), any other 4xx is permanent; error text never carries the password.
 //
 // Ordering: the graph store has no conditional replace that a single
 // DROP/INSERT request can carry, so out-of-order safety comes from the

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/target/internal/httpout"
 )
 
 // Defaults of Config.
@@ -26,8 +26,6 @@ const (
 	// TimeoutDefault bounds one request; it must stay below the projection's
 	// lease.
 	TimeoutDefault = 10 * time.Second
-	// maxErrorBody bounds how much of an error response is read.
-	maxErrorBody = 4 << 10
 )
 
 // Predicates of the bookkeeping triples written for every record.
@@ -91,38 +89,33 @@ func (c Config) Endpoint() string {
 	return strings.TrimRight(c.BaseURL, "/") + "/repositories/" + url.PathEscape(c.RepositoryID) + "/statements"
 }
 
-// Validate names the first missing or invalid setting.
+// Validate names the first missing or invalid setting by its Go field, e.g.
+// "sparql: Config.RepositoryID is empty (or set Config.UpdateURL)" (an
+// application that reads the settings from elsewhere, such as the
+// environment, renames the fields in its own messages).
 func (c Config) Validate() error {
 	if c.UpdateURL == "" {
 		if strings.TrimSpace(c.BaseURL) == "" {
-			return errors.New("GRAPHDB_BASE_URL is not set (or set GRAPHDB_UPDATE_URL)")
+			return errors.New("sparql: Config.BaseURL is empty (or set Config.UpdateURL)")
 		}
 		if strings.TrimSpace(c.RepositoryID) == "" {
-			return errors.New("GRAPHDB_REPOSITORY_ID is not set (or set GRAPHDB_UPDATE_URL)")
+			return errors.New("sparql: Config.RepositoryID is empty (or set Config.UpdateURL)")
 		}
 	}
-	u, err := url.Parse(c.Endpoint())
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errors.New("the SPARQL update URL (GRAPHDB_UPDATE_URL or GRAPHDB_BASE_URL) is not an http(s) URL")
-	}
-	if u.User != nil {
-		return errors.New("the SPARQL update URL must not carry credentials: set GRAPHDB_USERNAME and GRAPHDB_PASSWORD")
+	if p := httpout.URLProblem(c.Endpoint()); p != "" {
+		return errors.New("sparql: the update URL (Config.UpdateURL or Config.BaseURL) " + p)
 	}
 	if c.GraphStoreURL != "" {
-		u, err := url.Parse(c.GraphStoreURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return errors.New("GRAPHDB_GRAPH_STORE_URL is not an http(s) URL")
-		}
-		if u.User != nil {
-			return errors.New("GRAPHDB_GRAPH_STORE_URL must not carry credentials: set GRAPHDB_USERNAME and GRAPHDB_PASSWORD")
+		if p := httpout.URLProblem(c.GraphStoreURL); p != "" {
+			return errors.New("sparql: Config.GraphStoreURL " + p)
 		}
 	}
 	if c.Password != "" && c.Username == "" {
-		return errors.New("GRAPHDB_PASSWORD is set but GRAPHDB_USERNAME is not")
+		return errors.New("sparql: Config.Password is set but Config.Username is empty")
 	}
-	for name, prefix := range map[string]string{"GRAPHDB_GRAPH_PREFIX": c.GraphPrefix, "the field prefix": c.FieldPrefix} {
-		if i := strings.IndexFunc(prefix, func(r rune) bool { return r <= 0x20 || strings.ContainsRune(`<>"{}|^`+"`\\", r) }); i >= 0 {
-			return fmt.Errorf("%s %q holds %q, which an IRI may not", name, prefix, prefix[i:i+1])
+	for _, p := range []struct{ field, prefix string }{{"GraphPrefix", c.GraphPrefix}, {"FieldPrefix", c.FieldPrefix}} {
+		if i := strings.IndexFunc(p.prefix, func(r rune) bool { return r <= 0x20 || strings.ContainsRune(`<>"{}|^`+"`\\", r) }); i >= 0 {
+			return fmt.Errorf("sparql: Config.%s %q holds %q, which an IRI may not", p.field, p.prefix, p.prefix[i:i+1])
 		}
 	}
 	return nil
@@ -151,7 +144,7 @@ type Client struct {
 // New validates cfg and returns a Client.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("sparql: %w", err)
+		return nil, err
 	}
 	if cfg.GraphPrefix == "" {
 		cfg.GraphPrefix = GraphPrefixDefault
@@ -162,10 +155,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = TimeoutDefault
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
-	}
+	hc := httpout.Client(cfg.HTTPClient, cfg.Timeout)
 	return &Client{cfg: cfg, http: hc, endpoint: cfg.Endpoint()}, nil
 }
 
@@ -287,33 +277,15 @@ func (c *Client) Upsert(ctx context.Context, doc Document) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return pgoutbox.Ambiguous(fmt.Errorf("sparql: %s %s: %w", req.Method, req.URL.Path, err))
+		return httpout.TransportError("sparql", req, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	if resp.StatusCode/100 == 2 {
+		_ = httpout.ErrorBody(resp) // drain a short answer so the connection is reused
 		return nil
 	}
-	msg := strings.TrimSpace(string(b))
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	herr := fmt.Errorf("sparql: update: HTTP %d: %s", resp.StatusCode, msg)
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s >= 0 {
-			return pgoutbox.RetryAfter(time.Duration(s)*time.Second, herr)
-		}
-		return pgoutbox.Retry(herr)
-	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout:
-		return pgoutbox.Retry(herr)
-	default:
-		return pgoutbox.Permanent(herr)
-	}
+	msg := httpout.Excerpt(strings.TrimSpace(string(httpout.ErrorBody(resp))), 300)
+	return httpout.Outcome(resp, fmt.Errorf("sparql: update: HTTP %d: %s", resp.StatusCode, msg))
 }
 
 // Exact numbers. Every number is written so that its value survives

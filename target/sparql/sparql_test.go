@@ -70,8 +70,12 @@ func TestRequestAndClassification(t *testing.T) {
 		got = r
 		_ = r.ParseForm()
 		form = r.PostForm.Get("update")
-		if status == 503 {
+		w.Header().Set("Date", "Tue, 01 Dec 2026 09:00:00 GMT")
+		switch status {
+		case 503:
 			w.Header().Set("Retry-After", "9")
+		case 429: // an HTTP-date (RFC 9110), measured from Date
+			w.Header().Set("Retry-After", "Tue, 01 Dec 2026 09:00:45 GMT")
 		}
 		w.WriteHeader(status)
 	}))
@@ -91,12 +95,17 @@ func TestRequestAndClassification(t *testing.T) {
 	for _, tc := range []struct {
 		status int
 		want   pgoutbox.Outcome
-	}{{500, pgoutbox.OutcomeRetry}, {503, pgoutbox.OutcomeRetryAfter}, {400, pgoutbox.OutcomePermanent}, {401, pgoutbox.OutcomePermanent}} {
+		after  time.Duration
+	}{
+		{500, pgoutbox.OutcomeRetry, 0}, {503, pgoutbox.OutcomeRetryAfter, 9 * time.Second},
+		{429, pgoutbox.OutcomeRetryAfter, 45 * time.Second}, // before the shared parser: a plain retry
+		{400, pgoutbox.OutcomePermanent, 0}, {401, pgoutbox.OutcomePermanent, 0},
+	} {
 		status = tc.status
 		err := c.Upsert(ctx, doc)
 		var oe *pgoutbox.OutcomeError
-		if !errors.As(err, &oe) || oe.Outcome != tc.want || strings.Contains(err.Error(), "s3cret-pw") {
-			t.Errorf("HTTP %d: %v, want %s", tc.status, err, tc.want)
+		if !errors.As(err, &oe) || oe.Outcome != tc.want || oe.After != tc.after || strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("HTTP %d: %v, want %s after %s", tc.status, err, tc.want, tc.after)
 		}
 	}
 	srv.Close()
@@ -112,18 +121,23 @@ func TestConfigValidate(t *testing.T) {
 		cfg  sparql.Config
 		want string
 	}{
-		{sparql.Config{RepositoryID: "r"}, "GRAPHDB_BASE_URL"},
-		{sparql.Config{BaseURL: "http://g"}, "GRAPHDB_REPOSITORY_ID"},
-		{sparql.Config{UpdateURL: "http://u:p@v/sparql"}, "must not carry credentials"},
-		{sparql.Config{UpdateURL: "file:///x"}, "http(s)"},
-		{sparql.Config{UpdateURL: "http://v/sparql", Password: "p"}, "GRAPHDB_USERNAME"},
-		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "ftp://v/gsp"}, "GRAPHDB_GRAPH_STORE_URL is not an http(s) URL"},
-		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "http://u:p@v/gsp"}, "must not carry credentials"},
-		{sparql.Config{UpdateURL: "http://v/sparql", GraphPrefix: "urn:x> <urn:y"}, "GRAPHDB_GRAPH_PREFIX"},
-		{sparql.Config{UpdateURL: "http://v/sparql", FieldPrefix: `urn:\u003E`}, "field prefix"},
+		{sparql.Config{RepositoryID: "r"}, "sparql: Config.BaseURL is empty (or set Config.UpdateURL)"},
+		{sparql.Config{BaseURL: "http://g"}, "sparql: Config.RepositoryID is empty (or set Config.UpdateURL)"},
+		{sparql.Config{UpdateURL: "http://u:p@v/sparql"}, "sparql: the update URL (Config.UpdateURL or Config.BaseURL) must not carry credentials: set Config.Username and Config.Password"},
+		{sparql.Config{UpdateURL: "file:///x"}, "sparql: the update URL (Config.UpdateURL or Config.BaseURL) is not an http(s) URL"},
+		{sparql.Config{UpdateURL: "http://v/sparql", Password: "p"}, "sparql: Config.Password is set but Config.Username is empty"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "ftp://v/gsp"}, "sparql: Config.GraphStoreURL is not an http(s) URL"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphStoreURL: "http://u:p@v/gsp"}, "sparql: Config.GraphStoreURL must not carry credentials: set Config.Username and Config.Password"},
+		{sparql.Config{UpdateURL: "http://v/sparql", GraphPrefix: "urn:x> <urn:y"}, `sparql: Config.GraphPrefix "urn:x> <urn:y" holds ">", which an IRI may not`},
+		{sparql.Config{UpdateURL: "http://v/sparql", FieldPrefix: `urn:\u003E`}, `sparql: Config.FieldPrefix "urn:\\u003E" holds "\\", which an IRI may not`},
 	} {
-		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		// The library names Go fields, never environment variables (the
+		// application that reads the environment maps them).
+		if err := tc.cfg.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+		if _, err := sparql.New(tc.cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v): %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
 }

@@ -29,6 +29,10 @@ import (
 // deadlock, recovered lease or duplicate delivery under a live worker.
 func TestExtendAndGroupCommitDoNotDeadlock(t *testing.T) {
 	long(t)
+	eachMode(t, testExtendAndGroupCommit)
+}
+
+func testExtendAndGroupCommit(t *testing.T, hold time.Duration) {
 	ctx := timeout(t, 4*time.Minute)
 	d := newDB(t)
 	const n = 6000
@@ -51,7 +55,7 @@ func TestExtendAndGroupCommitDoNotDeadlock(t *testing.T) {
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
 	client, err := pgoutbox.NewClient(d.pool, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 64, DeliveryTimeout: time.Second}},
+		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 64, DeliveryTimeout: time.Second, RowLockLease: hold}},
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Registerer:    reg,
@@ -117,5 +121,6 @@ func TestExtendAndGroupCommitDoNotDeadlock(t *testing.T) {
 	f["deadlock_log_lines"] = deadlocks
 	f["leases_recovered_by_sweeper"] = rescued
 	f["drain_s"] = round(drain.Seconds())
+	f["lease_mode"] = modeName(hold)
 	report(t, "extender vs group commit (deadlock regression)", f)
 }

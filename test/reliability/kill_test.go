@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// Scenario 1: SIGKILL a worker process again and again while effects drain.
+// Scenario 1: SIGKILL a worker process again and again while effects drain,
+// in both lease modes.
 // 0 lost; duplicates only for replay-safe effects, and only for effects the
 // killed process held at the moment it died; every started dispatch in
 // reconciliation_required with at most one target call (exactly one unless
@@ -17,6 +18,10 @@ import (
 // time from each kill until its leases are recovered is reported.
 func TestSIGKILLWorkersDuringDrain(t *testing.T) {
 	long(t)
+	eachMode(t, testSIGKILLWorkers)
+}
+
+func testSIGKILLWorkers(t *testing.T, hold time.Duration) {
 	ctx := timeout(t, 8*time.Minute)
 	d := newDB(t)
 	total, kills := pick(10_000, 10_000), pick(20, 20)
@@ -31,7 +36,7 @@ func TestSIGKILLWorkersDuringDrain(t *testing.T) {
 		return startWorker(t, ctx, workerSpec{
 			DSN: d.dsn, Owner: owner, Queue: "q", Concurrency: 8,
 			Lease: lease, Sweep: 250 * time.Millisecond, Poll: 200 * time.Millisecond, Timeout: 2 * time.Second,
-			BackoffCap: 500 * time.Millisecond, Latency: 5 * time.Millisecond,
+			BackoffCap: 500 * time.Millisecond, Latency: 5 * time.Millisecond, RowLock: hold,
 			CallLog: filepath.Join(dir, owner+".calls"), LogFile: filepath.Join(dir, owner+".log"),
 		})
 	}
@@ -57,8 +62,14 @@ func TestSIGKILLWorkersDuringDrain(t *testing.T) {
 		victim := workers[k%2]
 		victim.kill(t)
 		killedAt := time.Now()
-		// What the dead process held: its leases, read after it died.
-		rows, err := d.pool.Query(ctx, `SELECT id FROM pgoutbox.effects WHERE state = 'leased' AND lease_owner = $1`, victim.spec.Owner)
+		// What the dead process held: its leases, read after it died, and
+		// under row-lock leases the rows of its open batches, which are
+		// available and carry its lock in xmax (a superset: the other
+		// worker's open batches and rows locked by earlier claimers that
+		// never wrote them count too).
+		rows, err := d.pool.Query(ctx, `SELECT id FROM pgoutbox.effects
+			WHERE (state = 'leased' AND lease_owner = $1) OR ($2 AND state = 'available' AND xmax <> '0'::xid)`,
+			victim.spec.Owner, hold > 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,6 +174,7 @@ func TestSIGKILLWorkersDuringDrain(t *testing.T) {
 		f["kill_to_reclaim_max_s"] = round(reclaims[len(reclaims)-1].Seconds())
 		f["kill_to_reclaim_min_s"] = round(reclaims[0].Seconds())
 	}
+	f["lease_mode"] = modeName(hold)
 	report(t, "1 SIGKILL workers", f)
 }
 

@@ -191,3 +191,28 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// leaseModes are the two lease modes every delivery scenario runs in:
+// durable leases, and row-lock leases (QueueConfig.RowLockLease) with a
+// hold of 50 ms.
+var leaseModes = []struct {
+	name string
+	hold time.Duration
+}{{"durable", 0}, {"rowlock", 50 * time.Millisecond}}
+
+// eachMode runs fn once per lease mode, one after the other (the scenarios
+// measure times on a small machine).
+func eachMode(t *testing.T, fn func(t *testing.T, hold time.Duration)) {
+	t.Helper()
+	for _, m := range leaseModes {
+		t.Run(m.name, func(t *testing.T) { fn(t, m.hold) })
+	}
+}
+
+// modeName names the lease mode of a hold, for the figures.
+func modeName(hold time.Duration) string {
+	if hold > 0 {
+		return "rowlock"
+	}
+	return "durable"
+}

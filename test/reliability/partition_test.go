@@ -174,6 +174,10 @@ func (p *proxy) handle(c net.Conn, mode faultMode) {
 // and after the client stops the goroutines are back to the baseline.
 func TestTargetPartitionThroughProxy(t *testing.T) {
 	long(t)
+	eachMode(t, testTargetPartition)
+}
+
+func testTargetPartition(t *testing.T, hold time.Duration) {
 	ctx := timeout(t, 5*time.Minute)
 	d := newDB(t)
 	const (
@@ -236,7 +240,7 @@ func TestTargetPartitionThroughProxy(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	client, err := pgoutbox.NewClient(d.pool, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 8, DeliveryTimeout: deliveryTime}},
+		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 8, DeliveryTimeout: deliveryTime, RowLockLease: hold}},
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Registerer:    reg,
 		LeaseDuration: lease,
@@ -327,5 +331,6 @@ func TestTargetPartitionThroughProxy(t *testing.T) {
 	f["goroutines_baseline"] = baseline
 	f["goroutines_peak"] = peak.Load()
 	f["goroutines_after_stop"] = final
+	f["lease_mode"] = modeName(hold)
 	report(t, "3 target partition via proxy", f)
 }

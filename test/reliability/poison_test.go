@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,7 +11,10 @@ import (
 )
 
 // Scenario 5: one poisoned effect among many. The others drain in about
-// the clean time (reported, not asserted: the machine is shared); the poison
+// the clean time (reported, not asserted in seconds: the machine is shared);
+// the slowdown is bounded in work instead: exactly one extra target call
+// per poison attempt, and no poison retry ahead of the backlog (at most the
+// slots already in flight are called after its first retry). The poison
 // dead-letters after exactly its max attempts, one target call each; replay
 // (internal/ops, what `dlq replay` runs) brings it back and it completes.
 func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
@@ -102,6 +106,33 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 			t.Logf("log of %s:\n%s", w.spec.Owner, tail(w.spec.LogFile, 20))
 		}
 	}
+	// The bound on the slowdown, in work rather than time: the poison
+	// costs its own attempts and nothing else (every other effect called
+	// once), and its retries never go ahead of the backlog: a retry is due
+	// only after its backoff, behind every effect already waiting (claims
+	// take the oldest available_at first), so once the poison's second
+	// call is made, only effects already in flight may still be called —
+	// at most the two workers' 16 slots.
+	if l.Calls != total+poisonCalls {
+		t.Errorf("%d target calls, want %d (each healthy effect once, plus the poison's %d)", l.Calls, total+poisonCalls, poisonCalls)
+	}
+	var pcs []time.Time
+	for _, c := range l.callsByID[poisonID] {
+		pcs = append(pcs, c.at)
+	}
+	slices.SortFunc(pcs, func(a, b time.Time) int { return a.Compare(b) })
+	behind := 0
+	if len(pcs) > 1 {
+		for id, cs := range l.callsByID {
+			if id != poisonID && cs[0].at.After(pcs[1]) {
+				behind++
+			}
+		}
+	}
+	const slots = 2 * 8
+	if behind > slots {
+		t.Errorf("%d healthy effects were first called after the poison's retry, want at most %d (the slots in flight): the poison's retries went ahead of the backlog", behind, slots)
+	}
 	if l.States["completed"] != total || l.States["dead_letter"] != 1 {
 		t.Errorf("states %v, want %d completed and 1 dead letter", l.States, total)
 	}
@@ -138,6 +169,7 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 	f["poisoned_drain_s"] = round(poisoned.Seconds())
 	f["slowdown_pct"] = round(100 * (poisoned.Seconds() - clean.Seconds()) / clean.Seconds())
 	f["poison_attempts"] = attempts
+	f["healthy_called_after_poison_retry"] = behind
 	f["poison_calls"] = poisonCalls
 	f["replayed_and_completed"] = after == 1
 	report(t, "5 one poisoned effect", f)

@@ -16,6 +16,10 @@ import (
 // leased row with an expired lease is left; the recovery time is reported.
 func TestPostgresImmediateRestartMidDrain(t *testing.T) {
 	long(t)
+	eachMode(t, testPostgresImmediateRestart)
+}
+
+func testPostgresImmediateRestart(t *testing.T, hold time.Duration) {
 	ctx := timeout(t, 8*time.Minute)
 	cl := pgtest.NewCluster(t)
 	d := clusterDB(t, cl)
@@ -28,7 +32,7 @@ func TestPostgresImmediateRestartMidDrain(t *testing.T) {
 		workers = append(workers, startWorker(t, ctx, workerSpec{
 			DSN: d.dsn, Owner: owner, Queue: "q", Concurrency: 8,
 			Lease: lease, Sweep: 250 * time.Millisecond, Poll: 200 * time.Millisecond, Timeout: 2 * time.Second,
-			BackoffCap: 500 * time.Millisecond, Latency: 2 * time.Millisecond,
+			BackoffCap: 500 * time.Millisecond, Latency: 2 * time.Millisecond, RowLock: hold,
 			CallLog: filepath.Join(dir, owner+".calls"), LogFile: filepath.Join(dir, owner+".log"),
 		}))
 	}
@@ -102,5 +106,6 @@ func TestPostgresImmediateRestartMidDrain(t *testing.T) {
 	f["leased_after_recovery"] = stranded
 	f["drain_s"] = round(drain.Seconds())
 	f["claim_failed_log_lines"] = claimFailed
+	f["lease_mode"] = modeName(hold)
 	report(t, "2 PostgreSQL immediate restart", f)
 }

@@ -43,6 +43,10 @@ func (s *syncBuffer) String() string {
 // (plus the listener's own), no "too many clients", no lease lost.
 func TestPoolOfTwoConcurrencySixteen(t *testing.T) {
 	long(t)
+	eachMode(t, testPoolOfTwo)
+}
+
+func testPoolOfTwo(t *testing.T, hold time.Duration) {
 	ctx := timeout(t, 4*time.Minute)
 	d := newDB(t)
 	d.exec(t, ctx, `CREATE TABLE public.side_effects (effect_id bigint PRIMARY KEY, via text NOT NULL)`)
@@ -90,7 +94,7 @@ func TestPoolOfTwoConcurrencySixteen(t *testing.T) {
 	}
 	logs := &syncBuffer{}
 	client, err := pgoutbox.NewClient(pool, pgoutbox.Config{
-		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 16, DeliveryTimeout: 3 * time.Second}},
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 16, DeliveryTimeout: 3 * time.Second, RowLockLease: hold}},
 		Types: []pgoutbox.EffectType{
 			{Name: "plain", ReplaySafe: true, Handler: func(ctx context.Context, dl *pgoutbox.Delivery) error {
 				count(dl.ID)
@@ -172,6 +176,7 @@ func TestPoolOfTwoConcurrencySixteen(t *testing.T) {
 	}
 	waitMean := float64(stat.EmptyAcquireWaitTime().Microseconds()) / 1000 / float64(max(1, stat.EmptyAcquireCount()))
 	report(t, "8 pool of 2, concurrency 16", figures{
+		"lease_mode":                modeName(hold),
 		"effects":                   total,
 		"drain_s":                   round(drain.Seconds()),
 		"effects_per_s":             round(float64(total) / drain.Seconds()),

@@ -22,6 +22,10 @@ import (
 // what it was before it resumed.
 func TestStaleWorkerWritesChangeNothing(t *testing.T) {
 	long(t)
+	eachMode(t, testStaleWorker)
+}
+
+func testStaleWorker(t *testing.T, hold time.Duration) {
 	ctx := timeout(t, 3*time.Minute)
 	d := newDB(t)
 	const lease = 2 * time.Second
@@ -47,7 +51,7 @@ func TestStaleWorkerWritesChangeNothing(t *testing.T) {
 	dir := t.TempDir()
 	stale := startWorker(t, ctx, workerSpec{
 		DSN: d.dsn, Owner: "stale", Queue: "q", Concurrency: 4, Lease: lease, Sweep: -1,
-		Poll: 100 * time.Millisecond, Timeout: 1500 * time.Millisecond, Gate: true, Events: true,
+		Poll: 100 * time.Millisecond, Timeout: 1500 * time.Millisecond, Gate: true, Events: true, RowLock: hold,
 		CallLog: filepath.Join(dir, "stale.calls"), LogFile: filepath.Join(dir, "stale.log"),
 	})
 	for range ids {
@@ -64,7 +68,7 @@ func TestStaleWorkerWritesChangeNothing(t *testing.T) {
 	// replay-safe effects; the dispatches go to reconciliation.
 	live := startWorker(t, ctx, workerSpec{
 		DSN: d.dsn, Owner: "live", Queue: "q", Concurrency: 4, Lease: lease, Sweep: 100 * time.Millisecond,
-		Poll: 100 * time.Millisecond, Timeout: 1500 * time.Millisecond, BackoffCap: 100 * time.Millisecond,
+		Poll: 100 * time.Millisecond, Timeout: 1500 * time.Millisecond, BackoffCap: 100 * time.Millisecond, RowLock: hold,
 		CallLog: filepath.Join(dir, "live.calls"), LogFile: filepath.Join(dir, "live.log"),
 	})
 	waitFor(t, ctx, "the live worker took over", 50*time.Millisecond, func() bool {
@@ -113,7 +117,7 @@ func TestStaleWorkerWritesChangeNothing(t *testing.T) {
 	}
 	report(t, "6 stale worker (SIGSTOP/SIGCONT)", figures{
 		"effects": len(ids), "paused_s": round(paused.Seconds()), "lease_s": lease.Seconds(),
-		"stale_writes_lease_lost": len(lost), "rows_changed_by_stale_worker": changed, "final_states": states,
+		"lease_mode": modeName(hold), "stale_writes_lease_lost": len(lost), "rows_changed_by_stale_worker": changed, "final_states": states,
 	})
 }
 

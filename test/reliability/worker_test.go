@@ -59,6 +59,8 @@ type workerSpec struct {
 	// Events prints "event <id> <outcome> <state>" for every recorded
 	// outcome.
 	Events bool `json:"events"`
+	// RowLock is the queue's QueueConfig.RowLockLease (0: durable leases).
+	RowLock time.Duration `json:"row_lock"`
 }
 
 // workerMain runs one worker process until its stdin closes (then stops
@@ -110,7 +112,11 @@ func workerMain(raw string) int {
 	var gateOnce sync.Once
 	handler := func(ctx context.Context, d *pgoutbox.Delivery) error {
 		// The call: one write(2) of one line to an O_APPEND file.
-		line := fmt.Sprintf("%d %d %s %s %d\n", d.ID, d.Attempt, d.LeaseToken, d.Type, time.Now().UnixNano())
+		token := d.LeaseToken
+		if token == "" {
+			token = "-" // a row-lock lease has no token
+		}
+		line := fmt.Sprintf("%d %d %s %s %d\n", d.ID, d.Attempt, token, d.Type, time.Now().UnixNano())
 		if _, err := calls.Write([]byte(line)); err != nil {
 			return pgoutbox.Retry(err)
 		}
@@ -141,7 +147,7 @@ func workerMain(raw string) int {
 	}
 	cfg := pgoutbox.Config{
 		ID:            s.Owner,
-		Queues:        map[string]pgoutbox.QueueConfig{s.Queue: {Concurrency: s.Concurrency, DeliveryTimeout: s.Timeout}},
+		Queues:        map[string]pgoutbox.QueueConfig{s.Queue: {Concurrency: s.Concurrency, DeliveryTimeout: s.Timeout, RowLockLease: s.RowLock}},
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Logger:        slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		LeaseDuration: s.Lease,

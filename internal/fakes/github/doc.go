@@ -2,7 +2,7 @@
 // GitHub's REST API and webhooks that the release control plane uses. Tests
 // and the demo run the control plane against it instead of api.github.com.
 //
-// [New] starts an [httptest.Server]; point the control plane's
+// [New] starts a server on a loopback port; point the control plane's
 // GITHUB_API_URL at [Server.URL], give it [Server.AppID] and
 // [Server.AppPrivateKeyPEM], and register what exists on "GitHub" with
 // [Server.AddInstallation], [Server.AddRepository] and [Server.AddWorkflow].

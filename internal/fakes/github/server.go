@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/fakes/loopback"
 )
 
 // Defaults of [Options].
@@ -95,7 +96,7 @@ type Options struct {
 type Server struct {
 	opts       Options
 	key        *rsa.PrivateKey
-	ts         *httptest.Server
+	ts         *loopback.Server
 	handler    http.Handler
 	hookClient *http.Client
 	ownsClient bool
@@ -125,14 +126,13 @@ var defaultKey = sync.OnceValues(func() (*rsa.PrivateKey, error) {
 
 // New starts an emulator on a loopback port. It panics when opts are
 // invalid (WebhookURL without WebhookSecret, a non-positive HookID…) or the
-// default key cannot be generated, like [httptest.NewServer] does when it
-// cannot listen.
+// default key cannot be generated, or it cannot listen.
 func New(opts Options) *Server {
 	s, err := newServer(opts)
 	if err != nil {
 		panic("fakes/github: " + err.Error())
 	}
-	s.ts = httptest.NewServer(s.handler)
+	s.ts = loopback.Start(s.handler)
 	return s
 }
 

@@ -5,11 +5,12 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/fakes/loopback"
 )
 
 // CoreDefault is the core created when Options.Cores is empty.
@@ -37,7 +38,7 @@ type Options struct {
 // Server is a running Solr emulator. Create it with New.
 type Server struct {
 	opts Options
-	ts   *httptest.Server
+	ts   *loopback.Server
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -85,7 +86,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /solr/{core}/get", s.handleGet)
 	mux.HandleFunc("GET /solr/{core}/select", s.handleSelect)
 	mux.HandleFunc("POST /solr/{core}/select", s.handleSelect)
-	s.ts = httptest.NewServer(s.middleware(mux))
+	s.ts = loopback.Start(s.middleware(mux))
 	return s
 }
 

@@ -1,9 +1,9 @@
-package pgtest
+package embedded
 
-// The cluster plumbing shared by the throwaway test cluster (AdminDSN) and the
-// persistent embedded cluster (EnsureLocal): finding the binaries, running
-// them as the right OS user, initdb, starting (attached or detached),
-// status, stop.
+// The cluster plumbing shared by the persistent embedded cluster
+// (EnsureLocal) and internal/pgtest's throwaway test clusters: finding the
+// binaries, running them as the right OS user, initdb, starting (attached
+// or detached), status, stop.
 
 import (
 	"bytes"
@@ -27,11 +27,12 @@ import (
 // superuser is the bootstrap superuser every cluster we create has.
 const superuser = "postgres"
 
-// startTimeout bounds a server start or stop.
-const startTimeout = 60 * time.Second
+// StartTimeout bounds a server start or stop.
+const StartTimeout = 60 * time.Second
 
-// osUser is the account the PostgreSQL binaries run as when we are root.
-type osUser struct {
+// OSUser is the account the PostgreSQL binaries (and other servers that
+// refuse root, such as PgBouncer) run as when we are root.
+type OSUser struct {
 	name     string
 	uid, gid uint32
 	groups   []uint32
@@ -117,7 +118,7 @@ func findBinaries(want int) (binaries, error) {
 		found = append(found, binaries{dir: dir, major: major, version: v})
 	}
 	if len(found) == 0 {
-		return binaries{}, errNoBinaries
+		return binaries{}, ErrNoBinaries
 	}
 	if want > 0 {
 		for _, b := range found {
@@ -148,21 +149,22 @@ func exe(name string) string {
 	return name
 }
 
-// errNoBinaries is wrapped with how to install PostgreSQL (installHint).
-var errNoBinaries = errors.New("no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH or in " +
+// ErrNoBinaries: no PostgreSQL server binaries are installed where Open
+// looks. Callers add how to install them (InstallHint).
+var ErrNoBinaries = errors.New("no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH or in " +
 	"/usr/lib/postgresql/*/bin, /usr/pgsql-*/bin, /opt/homebrew/opt/postgresql@*/bin, /usr/local/opt/postgresql@*/bin")
 
-// errUnreachable: the OS user that runs the server cannot reach the
-// cluster's directory.
-var errUnreachable = errors.New("directory not reachable by the server's OS user")
+// ErrUnreachable: the OS user that runs the server (postgres, when the
+// process is root) cannot reach the cluster's directory.
+var ErrUnreachable = errors.New("directory not reachable by the server's OS user")
 
 // errWrongVersion: an existing data directory needs binaries of a major
 // version that is not installed.
 var errWrongVersion = errors.New("PostgreSQL version not installed")
 
-// installHint says how to get binaries, or how to use a server instead
+// InstallHint says how to get binaries, or how to use a server instead
 // (envVar names the variable that points at one).
-func installHint(envVar, example string) string {
+func InstallHint(envVar, example string) string {
 	return "install PostgreSQL's server binaries:\n" +
 		"  Debian/Ubuntu: sudo apt-get install -y postgresql\n" +
 		"  Fedora/RHEL:   sudo dnf install -y postgresql-server\n" +
@@ -171,34 +173,37 @@ func installHint(envVar, example string) string {
 		"  " + envVar + "='postgres://postgres@127.0.0.1:5432/" + example + "?sslmode=disable'"
 }
 
-// cluster is one data directory's layout and the binaries that serve it:
+// Cluster is one data directory's layout and the binaries that serve it:
 //
 //	dir/pgdata         the data directory
 //	dir/postgres.log   the server log
-type cluster struct {
+type Cluster struct {
 	dir string
 	bin binaries
-	as  *osUser // nil: run the binaries as ourselves
+	as  *OSUser // nil: run the binaries as ourselves
 }
 
-func (c *cluster) dataDir() string { return filepath.Join(c.dir, "pgdata") }
-func (c *cluster) logFile() string { return filepath.Join(c.dir, "postgres.log") }
+// DataDir is the data directory, Dir()/pgdata.
+func (c *Cluster) DataDir() string { return filepath.Join(c.dir, "pgdata") }
 
-// openCluster prepares dir (which must exist) for a cluster served by the
+// LogFile is the server log, Dir()/postgres.log.
+func (c *Cluster) LogFile() string { return filepath.Join(c.dir, "postgres.log") }
+
+// Open prepares dir (which must exist) for a cluster served by the
 // binaries of major version want (0: the highest installed), and checks that
 // the account that will run them can use dir.
-func openCluster(ctx context.Context, dir string, want int) (*cluster, error) {
+func Open(ctx context.Context, dir string, want int) (*Cluster, error) {
 	bin, err := findBinaries(want)
 	if err != nil {
 		return nil, err
 	}
-	as, err := serverUser()
+	as, err := ServerUser()
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir, bin: bin, as: as}
+	c := &Cluster{dir: dir, bin: bin, as: as}
 	if as != nil {
-		if err := chown(dir, as); err != nil {
+		if err := Chown(dir, as); err != nil {
 			return nil, fmt.Errorf("give %s to OS user %s: %w", dir, as.name, err)
 		}
 		// Run something harmless as that user inside dir: the child changes
@@ -211,7 +216,7 @@ func openCluster(ctx context.Context, dir string, want int) (*cluster, error) {
 				err = fmt.Errorf("%w: %s", err, out)
 			}
 			return nil, fmt.Errorf("%w: running as root, so PostgreSQL must run as OS user %s, which cannot access %s%s (%v)",
-				errUnreachable, as.name, dir, blockingParent(dir), err)
+				ErrUnreachable, as.name, dir, blockingParent(dir), err)
 		}
 	}
 	return c, nil
@@ -239,7 +244,7 @@ func blockingParent(dir string) string {
 // command builds an invocation of one of the binaries, run as c.as, with
 // PG* variables removed from its environment so that nothing but our
 // arguments chooses the data directory, port or user.
-func (c *cluster) command(ctx context.Context, attached bool, name string, args ...string) *exec.Cmd {
+func (c *Cluster) command(ctx context.Context, attached bool, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.bin.path(exe(name)), args...)
 	env := make([]string, 0, len(os.Environ()))
 	for _, kv := range os.Environ() {
@@ -251,12 +256,12 @@ func (c *cluster) command(ctx context.Context, attached bool, name string, args 
 		env = append(env, "HOME="+os.TempDir(), "USER="+c.as.name, "LOGNAME="+c.as.name)
 	}
 	cmd.Env = env
-	cmd.SysProcAttr = sysProcAttr(c.as, attached)
+	cmd.SysProcAttr = SysProcAttr(c.as, attached)
 	return cmd
 }
 
 // run runs a binary to completion; its output goes into the error.
-func (c *cluster) run(ctx context.Context, name string, args ...string) error {
+func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	out, err := c.command(ctx, false, name, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
@@ -264,7 +269,7 @@ func (c *cluster) run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// initialized reports the major version of an existing data directory, 0 if
+// initializedMajor reports the major version of an existing data directory, 0 if
 // there is none.
 func initializedMajor(dataDir string) int {
 	b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION"))
@@ -275,25 +280,25 @@ func initializedMajor(dataDir string) int {
 	return v
 }
 
-// initdb creates the data directory: trust authentication, superuser
+// InitDB creates the data directory: trust authentication, superuser
 // "postgres", UTF8, C locale, listening on 127.0.0.1 only, no Unix socket
 // (its default directory may not be writable by us). A throwaway cluster
 // (durable false) also skips every fsync.
-func (c *cluster) initdb(ctx context.Context, durable bool) error {
-	args := []string{"-D", c.dataDir(), "-U", superuser, "-A", "trust", "-E", "UTF8", "--locale=C"}
+func (c *Cluster) InitDB(ctx context.Context, durable bool) error {
+	args := []string{"-D", c.DataDir(), "-U", superuser, "-A", "trust", "-E", "UTF8", "--locale=C"}
 	if !durable {
 		args = append(args, "--no-sync")
 	}
 	if err := c.run(ctx, "initdb", args...); err != nil {
 		return err
 	}
-	conf := "\n# pgoutbox (internal/pgtest)\n" +
+	conf := "\n# pgoutbox (internal/embedded)\n" +
 		"listen_addresses = '127.0.0.1'\n" +
 		"unix_socket_directories = ''\n"
 	if !durable {
 		conf += "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
 	}
-	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(c.DataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
@@ -305,8 +310,8 @@ func (c *cluster) initdb(ctx context.Context, durable bool) error {
 }
 
 // running reports whether a postmaster serves the data directory.
-func (c *cluster) running(ctx context.Context) (bool, error) {
-	err := c.command(ctx, false, "pg_ctl", "status", "-D", c.dataDir()).Run()
+func (c *Cluster) running(ctx context.Context) (bool, error) {
+	err := c.command(ctx, false, "pg_ctl", "status", "-D", c.DataDir()).Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -314,13 +319,13 @@ func (c *cluster) running(ctx context.Context) (bool, error) {
 	case errors.As(err, &ee) && ee.ExitCode() == 3: // no server running
 		return false, nil
 	default:
-		return false, fmt.Errorf("pg_ctl status -D %s: %w", c.dataDir(), err)
+		return false, fmt.Errorf("pg_ctl status -D %s: %w", c.DataDir(), err)
 	}
 }
 
 // runningPort reads the port of the running postmaster from postmaster.pid.
-func (c *cluster) runningPort() (int, error) {
-	b, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
+func (c *Cluster) runningPort() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.DataDir(), "postmaster.pid"))
 	if err != nil {
 		return 0, err
 	}
@@ -333,35 +338,35 @@ func (c *cluster) runningPort() (int, error) {
 
 // startDetached starts the server with pg_ctl and waits until it accepts
 // connections; it keeps running after we exit.
-func (c *cluster) startDetached(ctx context.Context, port int) error {
-	return c.run(ctx, "pg_ctl", "start", "-w", "-s", "-t", strconv.Itoa(int(startTimeout/time.Second)),
-		"-D", c.dataDir(), "-l", c.logFile(), "-o", "-p "+strconv.Itoa(port))
+func (c *Cluster) startDetached(ctx context.Context, port int) error {
+	return c.run(ctx, "pg_ctl", "start", "-w", "-s", "-t", strconv.Itoa(int(StartTimeout/time.Second)),
+		"-D", c.DataDir(), "-l", c.LogFile(), "-o", "-p "+strconv.Itoa(port))
 }
 
 // stopDetached stops the server with pg_ctl stop -m fast (or -m immediate).
-func (c *cluster) stopDetached(ctx context.Context, mode string) error {
-	return c.run(ctx, "pg_ctl", "stop", "-w", "-s", "-t", strconv.Itoa(int(startTimeout/time.Second)),
-		"-D", c.dataDir(), "-m", mode)
+func (c *Cluster) stopDetached(ctx context.Context, mode string) error {
+	return c.run(ctx, "pg_ctl", "stop", "-w", "-s", "-t", strconv.Itoa(int(StartTimeout/time.Second)),
+		"-D", c.DataDir(), "-m", mode)
 }
 
-// postmaster is a server started by startAttached: our child, stopped by
-// stop, and (on Linux) killed by the kernel if we die first.
-type postmaster struct {
+// Postmaster is a server started by StartAttached: our child, stopped by
+// Stop or StopImmediate, and (on Linux) killed by the kernel if we die first.
+type Postmaster struct {
 	proc *os.Process
 	done chan struct{} // closed when the process has exited
 	err  error         // its exit status, once done is closed
 	log  *os.File
 }
 
-// startAttached runs postgres directly as our child and waits until it
+// StartAttached runs postgres directly as our child and waits until it
 // accepts connections on 127.0.0.1:port.
-func (c *cluster) startAttached(ctx context.Context, port int) (*postmaster, error) {
-	logf, err := os.OpenFile(c.logFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (c *Cluster) StartAttached(ctx context.Context, port int) (*Postmaster, error) {
+	logf, err := os.OpenFile(c.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	// Not ctx: the server outlives the call that starts it.
-	cmd := c.command(context.Background(), true, "postgres", "-D", c.dataDir(), "-p", strconv.Itoa(port))
+	cmd := c.command(context.Background(), true, "postgres", "-D", c.DataDir(), "-p", strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Fork from a fresh goroutine: the parent-death signal follows the forking
 	// OS thread, and a fresh goroutine is never on a thread locked by (and so
@@ -372,21 +377,21 @@ func (c *cluster) startAttached(ctx context.Context, port int) (*postmaster, err
 		logf.Close()
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	pm := &postmaster{proc: cmd.Process, done: make(chan struct{}), log: logf}
+	pm := &Postmaster{proc: cmd.Process, done: make(chan struct{}), log: logf}
 	go func() {
 		pm.err = cmd.Wait()
 		close(pm.done)
 	}()
 	if err := waitReady(ctx, port, pm.done); err != nil {
-		pm.stop()
-		return nil, fmt.Errorf("%w\n%s", err, tail(c.logFile(), 15))
+		pm.Stop()
+		return nil, fmt.Errorf("%w\n%s", err, Tail(c.LogFile(), 15))
 	}
 	return pm, nil
 }
 
-// stop shuts the postmaster down (fast, then immediate if it lingers) and
+// Stop shuts the postmaster down (fast, then immediate if it lingers) and
 // waits for it to exit.
-func (pm *postmaster) stop() error {
+func (pm *Postmaster) Stop() error {
 	defer pm.log.Close()
 	select {
 	case <-pm.done:
@@ -396,7 +401,7 @@ func (pm *postmaster) stop() error {
 	if err := interrupt(pm.proc); err != nil {
 		_ = pm.proc.Kill()
 	}
-	t := time.NewTimer(startTimeout)
+	t := time.NewTimer(StartTimeout)
 	defer t.Stop()
 	select {
 	case <-pm.done:
@@ -404,18 +409,18 @@ func (pm *postmaster) stop() error {
 	case <-t.C:
 		_ = kill(pm.proc)
 		<-pm.done
-		return fmt.Errorf("postgres did not stop within %s after SIGINT", startTimeout)
+		return fmt.Errorf("postgres did not stop within %s after SIGINT", StartTimeout)
 	}
 }
 
 // waitReady polls until the server on port accepts a connection, it exits
-// (exited is closed), or startTimeout passes.
+// (exited is closed), or StartTimeout passes.
 func waitReady(ctx context.Context, port int, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
-	dsn := dsnFor(port, "postgres")
+	dsn := DSN(port, "postgres")
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 		conn, err := pgx.Connect(cctx, dsn)
@@ -433,13 +438,13 @@ func waitReady(ctx context.Context, port int, exited <-chan struct{}) error {
 	}
 }
 
-// dsnFor is the connection string of database db on one of our clusters.
-func dsnFor(port int, db string) string {
+// DSN is the connection string of database db on one of our clusters.
+func DSN(port int, db string) string {
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", superuser, port, db)
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -448,8 +453,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// portFree reports whether nothing listens on 127.0.0.1:port.
-func portFree(port int) bool {
+// PortFree reports whether nothing listens on 127.0.0.1:port.
+func PortFree(port int) bool {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return false
@@ -458,8 +463,8 @@ func portFree(port int) bool {
 	return true
 }
 
-// tail returns the last n lines of a file, for error messages.
-func tail(path string, n int) string {
+// Tail returns the last n lines of a file, for error messages.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""

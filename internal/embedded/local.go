@@ -1,4 +1,4 @@
-package pgtest
+package embedded
 
 import (
 	"bytes"
@@ -82,7 +82,7 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return "", err
 	}
-	var c *cluster
+	var c *Cluster
 	switch err := os.Mkdir(abs, 0o700); {
 	case err == nil:
 		// Created by this call: do not leave it (or a server) behind if we fail.
@@ -123,8 +123,8 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 	home := clusterHome(abs)
 	dataDir := filepath.Join(home, "pgdata")
 	major := initializedMajor(dataDir)
-	c, err = openCluster(ctx, home, major)
-	if errors.Is(err, errUnreachable) && home == abs {
+	c, err = Open(ctx, home, major)
+	if errors.Is(err, ErrUnreachable) && home == abs {
 		reason := err
 		if home, err = relocate(abs); err != nil {
 			return "", fmt.Errorf("%w; and no place for it under %s: %v", reason, relocationRoot, err)
@@ -132,7 +132,7 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 		log.Info("embedded PostgreSQL for " + abs + " lives in " + home + ": the postgres OS user cannot reach " + abs + blockingParent(abs))
 		dataDir = filepath.Join(home, "pgdata")
 		major = initializedMajor(dataDir)
-		c, err = openCluster(ctx, home, major)
+		c, err = Open(ctx, home, major)
 	}
 	if err != nil {
 		return "", localHint(err)
@@ -146,7 +146,7 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 		if err := os.RemoveAll(dataDir); err != nil {
 			return "", err
 		}
-		if err := c.initdb(ctx, true); err != nil {
+		if err := c.InitDB(ctx, true); err != nil {
 			return "", err
 		}
 		if port, err = startLocal(ctx, c, log); err != nil {
@@ -177,15 +177,15 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 		slog.String("addr", "127.0.0.1:"+strconv.Itoa(port)),
 		slog.String("version", c.bin.version),
 		slog.String("database", LocalDatabase))
-	return dsnFor(port, LocalDatabase), nil
+	return DSN(port, LocalDatabase), nil
 }
 
 // localHint adds what to do when the embedded cluster cannot be had.
 func localHint(err error) error {
 	switch {
-	case errors.Is(err, errNoBinaries):
-		return fmt.Errorf("%w;\n%s", err, installHint("DATABASE_URL", LocalDatabase))
-	case errors.Is(err, errUnreachable):
+	case errors.Is(err, ErrNoBinaries):
+		return fmt.Errorf("%w;\n%s", err, InstallHint("DATABASE_URL", LocalDatabase))
+	case errors.Is(err, ErrUnreachable):
 		return fmt.Errorf("%w;\nset DATABASE_URL to use an existing PostgreSQL server instead, or run from a directory that OS user postgres can reach", err)
 	case errors.Is(err, errWrongVersion):
 		return fmt.Errorf("%w;\ninstall that version, or discard the embedded cluster and its data (ResetLocal, i.e. delete the directory) to create a new one, or set DATABASE_URL", err)
@@ -195,13 +195,13 @@ func localHint(err error) error {
 
 // startLocal starts a persistent cluster on its stored port, or on a new
 // free port (stored for next time) when that one is taken.
-func startLocal(ctx context.Context, c *cluster, log *slog.Logger) (int, error) {
+func startLocal(ctx context.Context, c *Cluster, log *slog.Logger) (int, error) {
 	portFile := filepath.Join(c.dir, localPortFile)
 	for attempt := 1; ; attempt++ {
-		stored := intInFile(portFile)
+		stored := IntInFile(portFile)
 		port := stored
-		if port <= 0 || !portFree(port) {
-			p, err := freePort()
+		if port <= 0 || !PortFree(port) {
+			p, err := FreePort()
 			if err != nil {
 				return 0, err
 			}
@@ -220,15 +220,15 @@ func startLocal(ctx context.Context, c *cluster, log *slog.Logger) (int, error) 
 		}
 		// Retry only when someone took the port between our check and the
 		// server's bind.
-		if attempt == 3 || portFree(port) || ctx.Err() != nil {
-			return 0, fmt.Errorf("%w\n%s", err, tail(c.logFile(), 15))
+		if attempt == 3 || PortFree(port) || ctx.Err() != nil {
+			return 0, fmt.Errorf("%w\n%s", err, Tail(c.LogFile(), 15))
 		}
 	}
 }
 
 // ensureDatabase creates database db on our cluster if it is missing.
 func ensureDatabase(ctx context.Context, port int, db string) error {
-	conn, err := pgx.Connect(ctx, dsnFor(port, "postgres"))
+	conn, err := pgx.Connect(ctx, DSN(port, "postgres"))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -240,7 +240,7 @@ func ensureDatabase(ctx context.Context, port int, db string) error {
 	if exists {
 		return nil
 	}
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+ident(db))
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
 		return nil
@@ -282,9 +282,9 @@ func stopLocal(abs string) error {
 	if major == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*StartTimeout)
 	defer cancel()
-	c, err := openCluster(ctx, home, major)
+	c, err := Open(ctx, home, major)
 	if err != nil {
 		return fmt.Errorf("stop embedded PostgreSQL at %s: %w", home, err)
 	}

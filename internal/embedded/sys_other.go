@@ -1,6 +1,6 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package pgtest
+package embedded
 
 import (
 	"os"
@@ -11,13 +11,10 @@ import (
 // stale-cluster sweeping; the clusters otherwise work where the PostgreSQL
 // binaries do.
 
-func serverUser() (*osUser, error)                   { return nil, nil }
-func sysProcAttr(*osUser, bool) *syscall.SysProcAttr { return nil }
-func chown(string, *osUser) error                    { return nil }
-func processAlive(int) bool                          { return true }
+func ServerUser() (*OSUser, error)                   { return nil, nil }
+func SysProcAttr(*OSUser, bool) *syscall.SysProcAttr { return nil }
+func Chown(string, *OSUser) error                    { return nil }
+func ProcessAlive(int) bool                          { return true }
 func lockFile(string) (func(), error)                { return func() {}, nil }
 func interrupt(p *os.Process) error                  { return p.Kill() }
 func kill(p *os.Process) error                       { return p.Kill() }
-
-// terminateSignal asks a child for an immediate shutdown.
-var terminateSignal = os.Kill

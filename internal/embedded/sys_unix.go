@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package pgtest
+package embedded
 
 import (
 	"errors"
@@ -11,10 +11,10 @@ import (
 	"syscall"
 )
 
-// serverUser returns the OS account the PostgreSQL binaries must run as, or
+// ServerUser returns the OS account the PostgreSQL binaries must run as, or
 // nil to run them as the current user. initdb, pg_ctl and postgres refuse to
 // run as root, so a root process delegates to the "postgres" account.
-func serverUser() (*osUser, error) {
+func ServerUser() (*OSUser, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -32,7 +32,7 @@ func serverUser() (*osUser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("OS user postgres: gid %q: %w", u.Gid, err)
 	}
-	ou := &osUser{name: u.Username, uid: uint32(uid), gid: uint32(gid)}
+	ou := &OSUser{name: u.Username, uid: uint32(uid), gid: uint32(gid)}
 	if ids, err := u.GroupIds(); err == nil {
 		for _, id := range ids {
 			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
@@ -43,10 +43,10 @@ func serverUser() (*osUser, error) {
 	return ou, nil
 }
 
-// sysProcAttr returns the process attributes that run a child as u (nil: as
+// SysProcAttr returns the process attributes that run a child as u (nil: as
 // ourselves), in its own process group; attached children also get a
 // parent-death signal where the platform has one.
-func sysProcAttr(u *osUser, attached bool) *syscall.SysProcAttr {
+func SysProcAttr(u *OSUser, attached bool) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true}
 	if u != nil {
 		a.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
@@ -57,17 +57,17 @@ func sysProcAttr(u *osUser, attached bool) *syscall.SysProcAttr {
 	return a
 }
 
-// chown gives path to u (no-op when u is nil).
-func chown(path string, u *osUser) error {
+// Chown gives path to u (no-op when u is nil).
+func Chown(path string, u *OSUser) error {
 	if u == nil {
 		return nil
 	}
 	return os.Lchown(path, int(u.uid), int(u.gid))
 }
 
-// processAlive reports whether pid names a live process. A process we may not
+// ProcessAlive reports whether pid names a live process. A process we may not
 // signal (EPERM) is alive.
-func processAlive(pid int) bool {
+func ProcessAlive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}

@@ -1,0 +1,44 @@
+package cli
+
+import "github.com/spf13/cobra"
+
+// This file lists, in one place, every command of the binary and every
+// application `serve` and `work` run. No other file registers anything.
+
+// commands are the root's subcommands, in the order they are added (help
+// lists them alphabetically).
+func commands(g *globals) []*cobra.Command {
+	return []*cobra.Command{
+		// The core: version, schema, the server.
+		newVersionCmd(g),
+		newMigrateCmd(g),
+		newServeCmd(g),
+		// Measuring and showing.
+		newBenchCmd(g),
+		newDemoCmd(g),
+		newEmbeddedCmd(g),
+		// Operations (docs/design.md, "Operations").
+		newStatusCmd(g),
+		newDLQCmd(g),
+		newRequeueStaleCmd(g),
+		newAlertCmd(g),
+		newReadinessCmd(g),
+		newDocsCmd(g),
+		newCompactCmd(g),
+		// The applications' own commands, and the workers.
+		newProjectorCmd(g),
+		newReconcileCmd(g),
+		newWorkCmd(g),
+	}
+}
+
+// applications lists every application `serve` and `work` run, in start
+// order: the release control plane, then the record projection. Their
+// queues and effect types are merged in this order, and their components
+// start in it.
+func applications() []appConstructor {
+	return []appConstructor{
+		controlPlaneApp,
+		projectionApp,
+	}
+}

@@ -1,0 +1,4 @@
+package migrations
+
+// LegacyOwners exposes legacyOwners to the tests.
+var LegacyOwners = legacyOwners
