@@ -116,6 +116,20 @@ func (s *Server) HandleOperator(pattern string, h http.Handler) {
 	}
 }
 
+// HandleOperatorSelfAuth mounts an operator route that authenticates its
+// requests itself: placed like HandleOperator (on OperatorHandler always,
+// on Handler unless SeparateOperator) but never wrapped by the bearer
+// check. It is for the operator console (internal/console), which a
+// browser reaches: a browser cannot send a bearer header, so the console
+// exchanges OperatorToken for a session cookie at its own sign-in and must
+// enforce it on every other route.
+func (s *Server) HandleOperatorSelfAuth(pattern string, h http.Handler) {
+	s.opMux.Handle(pattern, h)
+	if !s.opts.SeparateOperator {
+		s.mux.Handle(pattern, h)
+	}
+}
+
 // requireOperatorToken answers 401 to a request without the bearer token.
 func requireOperatorToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
