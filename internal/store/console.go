@@ -8,6 +8,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,12 +47,12 @@ const effectsCols = `id, queue, effect_type, idempotency_key, state::text, attem
     coalesce(last_error, ''), ` + SubjectSQL
 
 // effectsFilter is the WHERE clause shared by both list statements:
-// $1 queue, $2 state, $3 type, $4 key prefix, $5 error text, $6 before id
-// (0: from the newest).
+// $1 queue, $2 state, $3 type, $4 key prefix, $5 error text, $6 the id the
+// page starts below (always set, so the primary key's range is sargable).
 const effectsFilter = `($1::text = '' OR queue = $1) AND ($2::text = '' OR state::text = $2)
   AND ($3::text = '' OR effect_type = $3) AND ($4::text = '' OR starts_with(idempotency_key, $4))
   AND ($5::text = '' OR strpos(lower(coalesce(last_error, '')), lower($5)) > 0)
-  AND ($6::bigint = 0 OR id < $6)`
+  AND id < $6::bigint`
 
 // effectsListSQL pages every effect newest first: a backward walk of the
 // primary key that stops after $7 matching rows, so a page costs the rows
@@ -67,6 +68,12 @@ LIMIT $7`
 // (dead_letter, reconciliation_required): the literal state list implies
 // the predicate of effects_attention_idx (queue, state, id), so even a
 // generic plan reads only those rows, whatever the table's history holds.
+//
+// Both are planned per call (custom plans): with the filters' values known,
+// an empty filter folds away. A generic plan misjudges the optional
+// filters (it estimates one row) and would scan and sort the table, so
+// callers must not force one (plan_cache_mode stays auto: the generic
+// plan's cost is far above the custom ones, so PostgreSQL keeps planning).
 const attentionListSQL = `
 SELECT ` + effectsCols + `
 FROM pgoutbox.effects
@@ -80,6 +87,9 @@ func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, l
 	sql := effectsListSQL
 	if f.State == "dead_letter" || f.State == "reconciliation_required" {
 		sql = attentionListSQL
+	}
+	if beforeID <= 0 {
+		beforeID = math.MaxInt64
 	}
 	rows, err := db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit)
 	if err != nil {
