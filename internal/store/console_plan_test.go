@@ -14,8 +14,9 @@ import (
 // after a page (no sort of the table), and the dead-letter and
 // reconciliation lists read effects_attention_idx only. (A filter that
 // matches almost nothing, such as a rare error text, has no index of its
-// own: its page reads until it finds a page's worth, or the table.) Checked on custom
-// plans, which is what PostgreSQL uses for them (see attentionListSQL).
+// own: its page reads until it finds a page's worth, or the table.)
+// Checked on custom plans, which PostgreSQL uses for these statements (see
+// attentionListSQL).
 func TestConsoleListsUseAnIndex(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewPool(t)
@@ -42,11 +43,11 @@ func TestConsoleListsUseAnIndex(t *testing.T) {
 	for name, st := range map[string]struct {
 		sql, args, index string
 	}{
-		"all, first page":     {effectsListSQL, `('', '', '', '', '', 9223372036854775807, 51)`, "effects_pkey"},
-		"queue, next page":    {effectsListSQL, `('q1', '', '', '', '', 15000, 51)`, "effects_pkey"},
-		"state and type":      {effectsListSQL, `('', 'completed', 't', '', '', 9223372036854775807, 51)`, "effects_pkey"},
-		"dead letters":        {attentionListSQL, `('', 'dead_letter', '', '', '', 9223372036854775807, 51)`, "effects_attention_idx"},
-		"dead letters of q0":  {attentionListSQL, `('q0', 'dead_letter', '', '', '', 9223372036854775807, 51)`, "effects_attention_idx"},
+		"all, first page":    {effectsListSQL, `('', '', '', '', '', 9223372036854775807, 51)`, "effects_pkey"},
+		"queue, next page":   {effectsListSQL, `('q1', '', '', '', '', 15000, 51)`, "effects_pkey"},
+		"state and type":     {effectsListSQL, `('', 'completed', 't', '', '', 9223372036854775807, 51)`, "effects_pkey"},
+		"dead letters":       {attentionListSQL, `('', 'dead_letter', '', '', '', 9223372036854775807, 51)`, "effects_attention_idx"},
+		"dead letters of q0": {attentionListSQL, `('q0', 'dead_letter', '', '', '', 9223372036854775807, 51)`, "effects_attention_idx"},
 	} {
 		stmt := "console_" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "_"), ",", "")
 		if _, err := conn.Exec(ctx, `PREPARE `+stmt+` AS `+st.sql); err != nil {
