@@ -175,17 +175,20 @@ func operatorOptions(operatorAddr string) server.Options {
 // through the control plane, checked against GitHub when the GitHub App
 // settings are present.
 func mountConsole(srv *server.Server, pool *pgxpool.Pool, log *slog.Logger) error {
+	// A bad control-plane or GitHub setting costs the console its
+	// reconciliation actions (the page says so), never the server.
 	var gh controlplane.GitHub
 	client, missing, err := githubClient()
-	if err != nil {
-		return fmt.Errorf("console: %w", err)
-	}
-	if missing == "" {
+	switch {
+	case err != nil:
+		log.Warn("console: GitHub App settings unusable; resolving reconciliation records needs force", "err", err)
+	case missing == "":
 		gh = client
 	}
 	cp, err := controlplane.ForOperations(pool, controlPlaneConfig(), gh, log)
 	if err != nil {
-		return fmt.Errorf("console: %w", err)
+		log.Warn("console: control plane settings unusable; reconciliation actions unavailable", "err", err)
+		cp, gh = nil, nil
 	}
 	c, err := console.New(console.Config{Pool: pool, OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"),
 		ControlPlane: cp, GitHub: gh != nil, Logger: log})
