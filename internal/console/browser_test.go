@@ -65,6 +65,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	dead := e.deadLetter(t, "outbox_events", "record:r13", "solr: update: HTTP 401: require authentication",
 		`{"record_id": "r13", "title": "Browser record", "solr_auth_token": "s3cr3t-value"}`)
 	rec := e.reconciliationRecord(t, controlplane.QueueOutbox)
+	for m := range 60 {
+		e.sample(t, "outbox_events", m, int64(30+m%7*10), float64(m%11))
+	}
 	dirs := screenshotDirs(t)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -122,7 +125,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token),
 		chromedp.SendKeys(chromedp.CSS(`input[name="operator"]`), "alice"),
 		chromedp.Click(chromedp.CSS("#signin-button")),
-		chromedp.WaitVisible(chromedp.CSS("#effects")))
+		chromedp.WaitVisible(chromedp.CSS("#queues")))
+	if got, charts := text(`#queues tr[data-queue="outbox_events"]`), text("#charts"); !strings.Contains(got, "outbox_events") ||
+		!strings.Contains(charts, "max 1.50") {
+		t.Fatalf("overview: queues %q, charts %q", got, charts)
+	}
+	shot("overview")
+	run("effects", chromedp.Click(chromedp.CSS(`header a[href="/console/effects"]`)), chromedp.WaitVisible(chromedp.CSS("#effects")))
 	if got, rows := text("#operator"), countRows(); got != "alice" || rows != 14 {
 		t.Fatalf("after sign-in: operator %q, %d rows, want alice and 14", got, rows)
 	}

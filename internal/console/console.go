@@ -113,9 +113,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /console/signin", c.signinPage)
 	c.mux.HandleFunc("POST /console/signin", c.signin)
 	c.mux.Handle("POST /console/signout", c.requireAction(c.signout))
-	read("/console/{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/console/effects", http.StatusSeeOther)
-	})
+	read("/console/{$}", c.overviewPage)
 	read("/console/effects", c.effectsPage)
 	read("/console/effects/{id}", c.effectPage)
 	read("/console/dead-letters", c.deadLettersPage)
@@ -238,7 +236,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	c.cfg.Logger.Info("console sign-in", "operator", label, "session", s.digest[:12])
-	http.Redirect(w, r, "/console/effects", http.StatusSeeOther)
+	http.Redirect(w, r, "/console/", http.StatusSeeOther)
 }
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *session) {

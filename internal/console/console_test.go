@@ -125,6 +125,15 @@ func (e *env) reconciliationRecord(t *testing.T, queue string) int64 {
 	return id
 }
 
+// sample persists a worker's sample of queue taken minutesAgo (and 10 s).
+func (e *env) sample(t *testing.T, queue string, minutesAgo int, completions int64, oldestAge float64) {
+	t.Helper()
+	e.exec(t, `INSERT INTO pgoutbox.samples (sampled_at, queue, worker, interval_s, claims, completions, failures,
+		oldest_available_age_s, completed_per_second, workers_healthy)
+		VALUES (now() - make_interval(mins => $2, secs => 10), $1, 'w1', 60, $3::bigint, $3::bigint, 0, $4, $3::bigint / 60.0, true)`,
+		queue, minutesAgo, completions, oldestAge)
+}
+
 func (e *env) state(t *testing.T, id int64) string {
 	t.Helper()
 	var s string
@@ -523,5 +532,28 @@ func TestRedactPayload(t *testing.T) {
 	}
 	if got := console.RedactPayload([]byte(`not json`)); strings.Contains(got, "not json") {
 		t.Errorf("non-JSON payload shown: %s", got)
+	}
+}
+
+// TestOverview: each queue's counts, and its last hour drawn from the
+// persisted samples: the busiest minute reaches the top of the throughput
+// chart at that minute's place.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "", false)
+	e.deadLetter(t, "q1", "k1", "boom", `{}`)
+	e.sample(t, "q1", 30, 60, 4)
+	e.sample(t, "q1", 10, 120, 9)
+	e.sample(t, "q1", 90, 6000, 99) // older than the window: not drawn
+	c := e.client(t)
+	a := do(t, c, "GET", e.srv.URL+"/console/", nil)
+	if a.code != 200 || !strings.Contains(a.body, `<tr data-queue="q1">`) ||
+		!strings.Contains(a.body, `<a href="/console/dead-letters?queue=q1">1</a>`) {
+		t.Fatalf("overview: %d %s", a.code, a.body)
+	}
+	// 10 minutes ago is bucket 49 of 0..59: x = 49·600/59 = 498.3; 120
+	// completions in a minute are 2/s, the maximum, so y = 0.
+	if !strings.Contains(a.body, "max 2.00") || !strings.Contains(a.body, "498.3,0.0") || !strings.Contains(a.body, "max 9)") {
+		t.Fatalf("charts: %s", a.body)
 	}
 }

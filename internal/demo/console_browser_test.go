@@ -83,6 +83,8 @@ func TestConsoleHandlesTheDemoIncidents(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token),
 		chromedp.SendKeys(chromedp.CSS(`input[name="operator"]`), "on-call"),
 		chromedp.Click(chromedp.CSS("#signin-button")),
+		chromedp.WaitVisible(chromedp.CSS("#queues")),
+		chromedp.Navigate(d.URL()+"/console/effects"),
 		chromedp.WaitVisible(chromedp.CSS("#effects")))
 
 	// The dead-lettered record: found by its error text, replayed.
