@@ -209,7 +209,7 @@ func reportOperatorRoutes(g *globals, log *slog.Logger, opLn net.Listener) {
 	}
 	if opLn != nil {
 		log.Info("operator routes", "addr", "http://"+opLn.Addr().String(), "token", guard != "without a token")
-		fmt.Fprintf(g.stdout, "pgoutbox operator routes (/metrics, /workers) on http://%s only, %s\n", opLn.Addr(), guard)
+		fmt.Fprintf(g.stdout, "pgoutbox operator routes (/metrics, /workers, /console/) on http://%s only, %s\n", opLn.Addr(), guard)
 		return
 	}
 	if guard == "without a token" {

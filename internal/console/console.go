@@ -229,6 +229,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	id := randomHex(32)
 	s := &session{digest: digest(id), operator: label, csrf: randomHex(32), expires: c.cfg.Now().Add(c.cfg.SessionTTL)}
 	c.mu.Lock()
+	now := c.cfg.Now()
+	for d, old := range c.sessions { // expired sessions go at the next sign-in, if not looked up before
+		if !now.Before(old.expires) {
+			delete(c.sessions, d)
+		}
+	}
 	c.sessions[s.digest] = s
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{

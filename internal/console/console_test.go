@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
@@ -555,5 +556,34 @@ func TestOverview(t *testing.T) {
 	// completions in a minute are 2/s, the maximum, so y = 0.
 	if !strings.Contains(a.body, "max 2.00") || !strings.Contains(a.body, "498.3,0.0") || !strings.Contains(a.body, "max 9)") {
 		t.Fatalf("charts: %s", a.body)
+	}
+}
+
+// TestSessionExpires: a session is worth nothing after SessionTTL, on the
+// console's clock; reads then go back to the sign-in and actions are
+// refused.
+func TestSessionExpires(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c, err := console.New(console.Config{Pool: pool, OperatorToken: token, SessionTTL: time.Hour, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	e := &env{ctx: t.Context(), pool: pool, srv: srv, logs: &syncBuffer{}}
+	cl := e.client(t)
+	csrf := e.signIn(t, cl, "alice")
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	if a := do(t, cl, "GET", srv.URL+"/console/effects", nil); a.code != http.StatusSeeOther {
+		t.Fatalf("read after the TTL: %d, want a redirect to the sign-in", a.code)
+	}
+	if a := do(t, cl, "POST", srv.URL+"/console/signout", url.Values{"csrf": {csrf}}); a.code != http.StatusForbidden {
+		t.Fatalf("action after the TTL: %d, want 403", a.code)
 	}
 }

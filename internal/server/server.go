@@ -13,6 +13,8 @@
 // keep them apart: OperatorToken requires "Authorization: Bearer <token>"
 // on them, and SeparateOperator serves them only from OperatorHandler (a
 // listener of their own, e.g. on a private interface), never from Handler.
+// HandleOperatorSelfAuth places a route the same way without the bearer
+// check, for the operator console, which signs browsers in itself.
 package server
 
 import (
