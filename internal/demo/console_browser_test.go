@@ -2,7 +2,9 @@ package demo_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,6 +107,15 @@ func TestConsoleHandlesTheDemoIncidents(t *testing.T) {
 	// matches; resolving with it is checked on GitHub.
 	recURL := d.URL() + "/console/effects/" + strconv.FormatInt(s.ReconcileID, 10)
 	run("open the record", chromedp.Navigate(recURL), chromedp.WaitVisible(chromedp.CSS("#candidates")))
+	if os.Getenv("PGOUTBOX_UPDATE_SCREENSHOTS") == "1" { // the picture of docs/console.md
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "console", "reconciliation-candidates.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	runID := text("#candidates tr.ok td:nth-child(2)")
 	if _, err := strconv.ParseInt(runID, 10, 64); err != nil {
 		t.Fatalf("no matching candidate run: %q (candidates %q)", runID, text("#candidates"))
