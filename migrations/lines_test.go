@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ func legacyUp(t *testing.T, dsn string, upTo int64) {
 			t.Fatal(err)
 		}
 		for _, n := range names {
+			if v, _ := strconv.Atoi(n[:5]); v > 9 {
+				continue // added after the split: never part of the single line
+			}
 			b, err := fs.ReadFile(l.FS, n)
 			if err != nil {
 				t.Fatal(err)
@@ -174,7 +178,7 @@ func TestUpCreatesOnlyTheEngineSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int64{1, 2, 5, 6, 7, 8}; !slices.Equal(applied, want) {
+	if want := []int64{1, 2, 5, 6, 7, 8, 10}; !slices.Equal(applied, want) {
 		t.Fatalf("Up applied %v, want the engine's %v", applied, want)
 	}
 	if !schemaExists(t, dsn, "pgoutbox") {
@@ -230,6 +234,34 @@ func TestLinesOwnDisjointVersions(t *testing.T) {
 	}
 }
 
+// postSplit lists, per line, the versions added after the split into lines
+// (above 9): an upgraded single-line database still has them to apply.
+func postSplit(t *testing.T, lines ...migrations.Line) map[string][]int64 {
+	t.Helper()
+	out := map[string][]int64{}
+	for _, l := range lines {
+		names, err := fs.Glob(l.FS, "*.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if v, _ := strconv.Atoi(n[:5]); v > 9 {
+				out[l.Name] = append(out[l.Name], int64(v))
+			}
+		}
+	}
+	return out
+}
+
+// appliedByLine groups what UpLines applied by line.
+func appliedByLine(st []migrations.Status) map[string][]int64 {
+	out := map[string][]int64{}
+	for _, m := range st {
+		out[m.Line] = append(out[m.Line], m.Version)
+	}
+	return out
+}
+
 func TestSingleLineDatabaseUpgrades(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -243,19 +275,20 @@ func TestSingleLineDatabaseUpgrades(t *testing.T) {
 	if _, err := pgxExec(t, old, `INSERT INTO control_plane.installations (id, state) VALUES (1, 'active')`); err != nil {
 		t.Fatal(err)
 	}
-	// Read-only check first: nothing pending, nothing written.
+	// Read-only check first: nothing pending but what came after the
+	// split, nothing written.
 	for _, lines := range [][]migrations.Line{{migrations.Engine}, allLines} {
 		pending, err := migrations.PendingLines(ctx, old, lines...)
-		if err != nil || pending {
-			t.Fatalf("PendingLines on the single line's database: %v %v, want false", pending, err)
+		if want := len(postSplit(t, lines...)) > 0; err != nil || pending != want {
+			t.Fatalf("PendingLines on the single line's database: %v %v, want %v", pending, err, want)
 		}
 	}
 	if s := query(t, old, `SELECT to_regclass('control_plane.goose_db_version')`); s[0] != "<nil>" {
 		t.Fatalf("PendingLines wrote %s", s[0])
 	}
 	applied, err := migrations.UpLines(ctx, old, allLines...)
-	if err != nil || len(applied) != 0 {
-		t.Fatalf("upgrade applied %v (%v), want nothing", applied, err)
+	if want := postSplit(t, allLines...); err != nil || fmt.Sprint(appliedByLine(applied)) != fmt.Sprint(want) {
+		t.Fatalf("upgrade applied %v (%v), want only what came after the split %v", applied, err, want)
 	}
 	freshDump := schemaDump(t, fresh)
 	if d := diff(freshDump, schemaDump(t, old)); d != "" {
@@ -277,7 +310,11 @@ func TestSingleLineDatabaseUpgrades(t *testing.T) {
 		t.Fatalf("installations after the upgrade: %s, want 1", n[0])
 	}
 	list, err := migrations.ListLines(ctx, old, allLines...)
-	if err != nil || len(list) != 9 {
+	extra := 0
+	for _, v := range postSplit(t, allLines...) {
+		extra += len(v)
+	}
+	if err != nil || len(list) != 9+extra {
 		t.Fatalf("ListLines: %d migrations, %v", len(list), err)
 	}
 	for _, m := range list {
@@ -303,12 +340,15 @@ func TestPartialSingleLineDatabaseUpgrades(t *testing.T) {
 	// The engine's line alone (a library user's Up) keeps the applications'
 	// records for their lines.
 	applied, err := migrations.Up(ctx, old)
-	if err != nil || !slices.Equal(applied, []int64{5, 6, 7, 8}) {
-		t.Fatalf("Up applied %v (%v), want [5 6 7 8]", applied, err)
+	wantUp := append([]int64{5, 6, 7, 8}, postSplit(t, migrations.Engine)[migrations.Engine.Name]...)
+	if err != nil || !slices.Equal(applied, wantUp) {
+		t.Fatalf("Up applied %v (%v), want %v", applied, err, wantUp)
 	}
 	rest, err := migrations.UpLines(ctx, old, allLines...)
-	if err != nil || len(rest) != 1 || rest[0].Line != "controlplane" || rest[0].Version != 9 {
-		t.Fatalf("UpLines applied %v (%v), want controlplane/9 only", rest, err)
+	wantRest := postSplit(t, cpmigrations.Line, projmigrations.Line)
+	wantRest["controlplane"] = append([]int64{9}, wantRest["controlplane"]...)
+	if err != nil || fmt.Sprint(appliedByLine(rest)) != fmt.Sprint(wantRest) {
+		t.Fatalf("UpLines applied %v (%v), want %v", rest, err, wantRest)
 	}
 	fresh := emptyDB(t)
 	if _, err := migrations.UpLines(ctx, fresh, allLines...); err != nil {
@@ -331,16 +371,28 @@ func TestConcurrentUpgradeMovesRecordsOnce(t *testing.T) {
 		wg.Go(func() { applied[i], errs[i] = migrations.UpLines(ctx, old, allLines...) })
 	}
 	wg.Wait()
+	var all []migrations.Status
 	for i := range 4 {
-		if errs[i] != nil || len(applied[i]) != 0 {
+		if errs[i] != nil {
 			t.Fatalf("migrator %d: applied %v, %v", i, applied[i], errs[i])
 		}
+		all = append(all, applied[i]...)
+	}
+	// Between them the migrators applied each post-split migration once
+	// and nothing else.
+	if got, want := appliedByLine(all), postSplit(t, allLines...); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the migrators applied %v, want %v once", got, want)
 	}
 	got := versions(t, old)
 	want := map[string][]string{
 		"engine":       {"0 | true", "1 | true", "2 | true", "5 | true", "6 | true", "7 | true", "8 | true"},
 		"controlplane": {"0 | true", "4 | true", "9 | true"},
 		"projection":   {"0 | true", "3 | true"},
+	}
+	for line, vs := range postSplit(t, allLines...) {
+		for _, v := range vs {
+			want[line] = append(want[line], fmt.Sprintf("%d | true", v))
+		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("version tables: %v, want %v", got, want)

@@ -83,7 +83,7 @@ Ctrl-C (or exits with --exit-when-done).`,
 			fmt.Fprintf(out, "component logs: %s\n", logPath)
 			d, err := demo.Start(ctx, demo.Options{
 				Pool: pool, Addr: addr, Out: out, Log: g.loggerTo(logFile), Live: !asJSON && isTerminal(g.stdout),
-				Records: records, SPARQLURL: sparqlURL,
+				Records: records, SPARQLURL: sparqlURL, OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"),
 			})
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
@@ -110,6 +110,11 @@ Ctrl-C (or exits with --exit-when-done).`,
 				if env, err := d.GitHubEnv(logDir); err == nil {
 					fmt.Fprintf(out, "\nThe GitHub emulator runs as long as the demo does; to inspect the reconciliation record:\n  export %s\n",
 						strings.Join(env, " "))
+				}
+				if os.Getenv("PGOUTBOX_OPERATOR_TOKEN") != "" {
+					fmt.Fprintf(out, "\nHandle the incidents in the operator console: %s/console/ (sign in with PGOUTBOX_OPERATOR_TOKEN)\n", d.URL())
+				} else {
+					fmt.Fprintf(out, "\nOperator console (read-only; set PGOUTBOX_OPERATOR_TOKEN to act there): %s/console/\n", d.URL())
 				}
 				fmt.Fprintf(out, "\nStill serving on %s — Ctrl-C to stop.\n", d.URL())
 				if err := d.Serve(ctx); err != nil {

@@ -10,10 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/controlplane"
+	"github.com/pgoutbox/pgoutbox/internal/console"
 	"github.com/pgoutbox/pgoutbox/internal/server"
 )
 
@@ -67,7 +70,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP server and the workers (graceful shutdown on SIGINT/SIGTERM)",
 		Long: `serve runs the applications' HTTP routes and workers, the probes (/-/healthy,
-/-/ready) and the operator routes (/metrics and the projection's /workers).
+/-/ready) and the operator routes (/metrics, the projection's /workers and
+the operator console under /console/, docs/console.md).
 
 The operator routes show queue names, record ids and error text. By default
 they are served on --addr without authentication. When --addr is reachable
@@ -75,7 +79,9 @@ from outside (a public webhook), set --operator-addr (PGOUTBOX_OPERATOR_ADDR)
 to a private address: they are then served only there, with the probes, and
 --addr answers 404 for them. PGOUTBOX_OPERATOR_TOKEN, when set, makes them
 require "Authorization: Bearer <token>" wherever they are served (401
-otherwise); the token is never printed or logged.`,
+otherwise); the token is never printed or logged. The console signs operators
+in with that token instead (a session cookie); without it the console is
+read-only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -96,6 +102,9 @@ otherwise); the token is never printed or logged.`,
 				if app.routes != nil {
 					app.routes(srv)
 				}
+			}
+			if err := mountConsole(srv, pool, log); err != nil {
+				return &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
@@ -160,6 +169,36 @@ func operatorOptions(operatorAddr string) server.Options {
 	return server.Options{OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"), SeparateOperator: operatorAddr != ""}
 }
 
+// mountConsole serves the operator console (internal/console) under
+// /console/, placed like the operator routes. PGOUTBOX_OPERATOR_TOKEN is
+// its sign-in token (unset: read-only). Reconciliation records are resolved
+// through the control plane, checked against GitHub when the GitHub App
+// settings are present.
+func mountConsole(srv *server.Server, pool *pgxpool.Pool, log *slog.Logger) error {
+	// A bad control-plane or GitHub setting costs the console its
+	// reconciliation actions (the page says so), never the server.
+	var gh controlplane.GitHub
+	client, missing, err := githubClient()
+	switch {
+	case err != nil:
+		log.Warn("console: GitHub App settings unusable; resolving reconciliation records needs force", "err", err)
+	case missing == "":
+		gh = client
+	}
+	cp, err := controlplane.ForOperations(pool, controlPlaneConfig(), gh, log)
+	if err != nil {
+		log.Warn("console: control plane settings unusable; reconciliation actions unavailable", "err", err)
+		cp, gh = nil, nil
+	}
+	c, err := console.New(console.Config{Pool: pool, OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"),
+		ControlPlane: cp, GitHub: gh != nil, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv.HandleOperatorSelfAuth(console.Prefix, c.Handler())
+	return nil
+}
+
 // reportOperatorRoutes says where /metrics and /workers are served and how
 // they are guarded (never the token), and warns when they are open on the
 // main listener.
@@ -170,7 +209,7 @@ func reportOperatorRoutes(g *globals, log *slog.Logger, opLn net.Listener) {
 	}
 	if opLn != nil {
 		log.Info("operator routes", "addr", "http://"+opLn.Addr().String(), "token", guard != "without a token")
-		fmt.Fprintf(g.stdout, "pgoutbox operator routes (/metrics, /workers) on http://%s only, %s\n", opLn.Addr(), guard)
+		fmt.Fprintf(g.stdout, "pgoutbox operator routes (/metrics, /workers, /console/) on http://%s only, %s\n", opLn.Addr(), guard)
 		return
 	}
 	if guard == "without a token" {

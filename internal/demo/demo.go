@@ -22,6 +22,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/controlplane"
+	"github.com/pgoutbox/pgoutbox/internal/console"
 	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/server"
@@ -62,6 +63,9 @@ type Options struct {
 	SPARQLURL string
 	// StoryTimeout default StoryTimeoutDefault.
 	StoryTimeout time.Duration
+	// OperatorToken signs operators in to the console (/console/), where
+	// the demo's incidents can be handled; empty: the console is read-only.
+	OperatorToken string
 }
 
 // Demo is a running demo system.
@@ -154,6 +158,12 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 		return nil, err
 	}
 	d.cp.Routes(d.srv)
+	con, err := console.New(console.Config{Pool: o.Pool, OperatorToken: o.OperatorToken, ControlPlane: d.cp, GitHub: true, Logger: o.Log})
+	if err != nil {
+		d.closeEmulators()
+		return nil, err
+	}
+	d.srv.HandleOperatorSelfAuth(console.Prefix, con.Handler())
 	cfg := pgoutbox.Config{
 		Logger: o.Log, Registerer: reg, BackoffCap: BackoffCapDefault,
 		PollInterval: 250 * time.Millisecond, Queues: map[string]pgoutbox.QueueConfig{},

@@ -110,6 +110,11 @@ type ReplayOptions struct {
 	Limit int
 	// DryRun reports what would be replayed and changes nothing.
 	DryRun bool
+	// Then, when set, runs in the replay's transaction once the rows have
+	// moved, before the commit (the console records its audit row there,
+	// so the replay and its record commit or roll back together). An error
+	// rolls the replay back. In a dry run it runs too, and is rolled back.
+	Then func(ctx context.Context, tx pgx.Tx, res *ReplayResult) error
 }
 
 // ReplayDeadLetters moves dead letters back to available with fresh
@@ -132,7 +137,13 @@ func ReplayDeadLetters(ctx context.Context, pool *pgxpool.Pool, o ReplayOptions)
 				return err
 			}
 		}
-		return notify(ctx, tx, moved)
+		if err := notify(ctx, tx, moved); err != nil {
+			return err
+		}
+		if o.Then != nil {
+			return o.Then(ctx, tx, res)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ops: replay dead letters: %w", err)

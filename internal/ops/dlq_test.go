@@ -257,3 +257,38 @@ func TestRequeueStaleFilters(t *testing.T) {
 		t.Fatal("filters ignored")
 	}
 }
+
+// TestReplayThenSharesTheTransaction: ReplayOptions.Then runs in the
+// replay's transaction after the rows moved, so what it writes (the
+// console's audit row) commits with the replay, and its error rolls the
+// replay back.
+func TestReplayThenSharesTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := seed(t, b.ctx, b.pool, eff{queue: "q", typ: "t", state: "dead_letter", attempts: 8, completedAgo: 1})
+	var seen int
+	_, err := ops.ReplayDeadLetters(b.ctx, b.pool, ops.ReplayOptions{Then: func(ctx context.Context, tx pgx.Tx, res *ops.ReplayResult) error {
+		// Inside the transaction the row has moved already.
+		var st string
+		if err := tx.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effects WHERE id = $1`, ids[0]).Scan(&st); err != nil {
+			return err
+		}
+		seen = len(res.Replayed)
+		if st != "available" {
+			return errors.New("Then ran before the replay: state " + st)
+		}
+		return errors.New("audit failed")
+	}})
+	if err == nil || seen != 1 || b.state(t, ids[0]) != "dead_letter" {
+		t.Fatalf("err %v, Then saw %d replayed, state %s: want the error and the replay rolled back", err, seen, b.state(t, ids[0]))
+	}
+	_, err = ops.ReplayDeadLetters(b.ctx, b.pool, ops.ReplayOptions{Then: func(ctx context.Context, tx pgx.Tx, _ *ops.ReplayResult) error {
+		_, err := tx.Exec(ctx, `INSERT INTO pgoutbox.console_audit (operator, session, action, changed) VALUES ('t', 's', 'replay', 1)`)
+		return err
+	}})
+	var audits int
+	if err2 := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pgoutbox.console_audit`).Scan(&audits); err != nil || err2 != nil ||
+		audits != 1 || b.state(t, ids[0]) != "available" {
+		t.Fatalf("err %v/%v, %d audit rows, state %s: want both committed", err, err2, audits, b.state(t, ids[0]))
+	}
+}

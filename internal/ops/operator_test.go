@@ -123,6 +123,15 @@ func TestServeOperatorToken(t *testing.T) {
 			t.Errorf("%s with the token: %d %.200s", path, code, body)
 		}
 	}
+	// The console signs in with the token: without it a page is the
+	// sign-in form (after a redirect), never the data; the bearer reads.
+	if code, body := httpGet(t, s.base+"/console/effects", ""); code != http.StatusOK || !strings.Contains(body, `id="signin"`) ||
+		strings.Contains(body, "outbox_events") {
+		t.Errorf("/console/effects without the token: %d %.300s, want the sign-in form and nothing of the list", code, body)
+	}
+	if code, body := httpGet(t, s.base+"/console/effects", token); code != http.StatusOK || !strings.Contains(body, "outbox_events") {
+		t.Errorf("/console/effects with the token: %d %.300s", code, body)
+	}
 	if code, _ := httpGet(t, s.base+"/-/ready", ""); code != http.StatusOK {
 		t.Errorf("/-/ready: %d", code)
 	}
@@ -168,6 +177,14 @@ func TestServeOperatorListener(t *testing.T) {
 			if code == http.StatusOK && !strings.Contains(body, "outbox_events") {
 				t.Errorf("operator listener %s: %.200s", path, body)
 			}
+		}
+		// The console is placed like the operator routes.
+		if code, _ := httpGet(t, s.base+"/console/effects", token); code != http.StatusNotFound {
+			t.Errorf("token %v: main listener /console/effects: %d, want 404", withToken, code)
+		}
+		if code, body := httpGet(t, s.opBase+"/console/effects", token); code != http.StatusOK || !strings.Contains(body, "outbox_events") ||
+			strings.Contains(body, `id="readonly"`) == withToken {
+			t.Errorf("token %v: operator listener /console/effects: %d %.300s", withToken, code, body)
 		}
 		if code, _ := httpGet(t, s.opBase+"/api/records/x", token); code != http.StatusNotFound {
 			t.Errorf("operator listener serves application routes: %d", code)

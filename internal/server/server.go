@@ -13,6 +13,8 @@
 // keep them apart: OperatorToken requires "Authorization: Bearer <token>"
 // on them, and SeparateOperator serves them only from OperatorHandler (a
 // listener of their own, e.g. on a private interface), never from Handler.
+// HandleOperatorSelfAuth places a route the same way without the bearer
+// check, for the operator console, which signs browsers in itself.
 package server
 
 import (
@@ -110,6 +112,20 @@ func (s *Server) HandleOperator(pattern string, h http.Handler) {
 	if s.opts.OperatorToken != "" {
 		h = requireOperatorToken(s.opts.OperatorToken, h)
 	}
+	s.opMux.Handle(pattern, h)
+	if !s.opts.SeparateOperator {
+		s.mux.Handle(pattern, h)
+	}
+}
+
+// HandleOperatorSelfAuth mounts an operator route that authenticates its
+// requests itself: placed like HandleOperator (on OperatorHandler always,
+// on Handler unless SeparateOperator) but never wrapped by the bearer
+// check. It is for the operator console (internal/console), which a
+// browser reaches: a browser cannot send a bearer header, so the console
+// exchanges OperatorToken for a session cookie at its own sign-in and must
+// enforce it on every other route.
+func (s *Server) HandleOperatorSelfAuth(pattern string, h http.Handler) {
 	s.opMux.Handle(pattern, h)
 	if !s.opts.SeparateOperator {
 		s.mux.Handle(pattern, h)

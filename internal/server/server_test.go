@@ -91,6 +91,20 @@ func TestOperatorRoutes(t *testing.T) {
 				}
 			}
 		}
+		// A self-authenticating operator route (the console) is placed
+		// like the others but never gets the bearer check: a browser
+		// reaches its sign-in without a header.
+		s.HandleOperatorSelfAuth("GET /console/", ok)
+		wantMain := 200
+		if c.opts.SeparateOperator {
+			wantMain = 404
+		}
+		if got := get(t, s.Handler(), "/console/", ""); got != wantMain {
+			t.Errorf("%s: main /console/ without a token: %d, want %d", c.name, got, wantMain)
+		}
+		if got := get(t, s.OperatorHandler(), "/console/", ""); got != 200 {
+			t.Errorf("%s: operator /console/ without a token: %d, want 200 (it authenticates itself)", c.name, got)
+		}
 		if get(t, s.Handler(), "/api/thing", "") != 200 || get(t, s.OperatorHandler(), "/api/thing", token) != 404 {
 			t.Errorf("%s: application routes belong to the main listener only", c.name)
 		}

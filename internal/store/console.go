@@ -1,0 +1,196 @@
+package store
+
+// The operator console's statements (internal/console, docs/console.md):
+// the effects list with its filters and keyset paging, one effect's detail,
+// the dead-letter count a replay confirms, and the console's audit table
+// (migration 00010). Every filter is a bind parameter.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EffectFilter narrows the console's effects list. Empty fields match
+// everything; values are bind parameters compared literally.
+type EffectFilter struct {
+	Queue string
+	// State is an effect_state name; anything else matches nothing.
+	State string
+	Type  string
+	// KeyPrefix matches idempotency keys that start with it.
+	KeyPrefix string
+	// ErrorText matches a last_error that contains it, case-insensitively.
+	ErrorText string
+}
+
+// EffectRow is one line of the effects list: no payload, only its subject.
+type EffectRow struct {
+	ID          int64
+	Queue       string
+	Type        string
+	Key         string
+	State       string
+	Attempts    int
+	MaxAttempts int
+	CreatedAt   time.Time
+	LastError   string
+	// Subject is the SubjectSQL object of the payload.
+	Subject []byte
+}
+
+// effectsCols are the columns of an EffectRow.
+const effectsCols = `id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, created_at,
+    coalesce(last_error, ''), ` + SubjectSQL
+
+// effectsFilter is the WHERE clause shared by both list statements:
+// $1 queue, $2 state, $3 type, $4 key prefix, $5 error text, $6 the id the
+// page starts below (always set, so the primary key's range is sargable).
+const effectsFilter = `($1::text = '' OR queue = $1) AND ($2::text = '' OR state::text = $2)
+  AND ($3::text = '' OR effect_type = $3) AND ($4::text = '' OR starts_with(idempotency_key, $4))
+  AND ($5::text = '' OR strpos(lower(coalesce(last_error, '')), lower($5)) > 0)
+  AND id < $6::bigint`
+
+// effectsListSQL pages every effect newest first: a backward walk of the
+// primary key that stops after $7 matching rows, so a page costs the rows
+// skipped by the filters, never a sort of the table.
+const effectsListSQL = `
+SELECT ` + effectsCols + `
+FROM pgoutbox.effects
+WHERE ` + effectsFilter + `
+ORDER BY id DESC
+LIMIT $7`
+
+// attentionListSQL is effectsListSQL for the states operators act on
+// (dead_letter, reconciliation_required): the literal state list implies
+// the predicate of effects_attention_idx (queue, state, id), so even a
+// generic plan reads only those rows, whatever the table's history holds.
+//
+// Both are planned per call (custom plans): with the filters' values known,
+// an empty filter folds away. A generic plan misjudges the optional
+// filters (it estimates one row) and would scan and sort the table, so
+// callers must not force one (plan_cache_mode stays auto: the generic
+// plan's cost is far above the custom ones, so PostgreSQL keeps planning).
+const attentionListSQL = `
+SELECT ` + effectsCols + `
+FROM pgoutbox.effects
+WHERE state IN ('dead_letter', 'reconciliation_required') AND ` + effectsFilter + `
+ORDER BY id DESC
+LIMIT $7`
+
+// ListEffects returns up to limit effects matching f with id < beforeID
+// (0: the newest), newest first.
+func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, limit int) ([]EffectRow, error) {
+	sql := effectsListSQL
+	if f.State == "dead_letter" || f.State == "reconciliation_required" {
+		sql = attentionListSQL
+	}
+	if beforeID <= 0 {
+		beforeID = math.MaxInt64
+	}
+	rows, err := db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EffectRow, error) {
+		var e EffectRow
+		err := r.Scan(&e.ID, &e.Queue, &e.Type, &e.Key, &e.State, &e.Attempts, &e.MaxAttempts, &e.CreatedAt,
+			&e.LastError, &e.Subject)
+		return e, err
+	})
+	return out, MapError(err)
+}
+
+// EffectDetail is every column of an effect an operator may see: all but
+// the lease token.
+type EffectDetail struct {
+	Record
+	AvailableAt      time.Time
+	LeasedAt         *time.Time
+	LeaseOwner       *string
+	LeaseExpiresAt   *time.Time
+	CompletedAt      *time.Time
+	DeadLetteredAt   *time.Time
+	ReconciliationAt *time.Time
+	// Resolution is the operator's recorded resolution of a reconciliation
+	// record (JSON), nil when none.
+	Resolution []byte
+}
+
+const effectDetailSQL = `
+SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
+    created_at, delivery_started_at, last_error, available_at, leased_at, lease_owner, lease_expires_at,
+    completed_at, dead_lettered_at, reconciliation_at, resolution
+FROM pgoutbox.effects WHERE id = $1`
+
+// GetEffectDetail loads one effect for the console; found=false when it
+// does not exist.
+func GetEffectDetail(ctx context.Context, db DBTX, id int64) (EffectDetail, bool, error) {
+	var d EffectDetail
+	err := db.QueryRow(ctx, effectDetailSQL, id).Scan(&d.ID, &d.Queue, &d.Type, &d.Key, &d.State, &d.Attempts,
+		&d.MaxAttempts, &d.Payload, &d.CreatedAt, &d.DeliveryStartedAt, &d.LastError, &d.AvailableAt, &d.LeasedAt,
+		&d.LeaseOwner, &d.LeaseExpiresAt, &d.CompletedAt, &d.DeadLetteredAt, &d.ReconciliationAt, &d.Resolution)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, false, nil
+	}
+	return d, err == nil, MapError(err)
+}
+
+const countDeadLettersSQL = `
+SELECT count(*) FROM pgoutbox.effects
+WHERE state = 'dead_letter' AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)`
+
+// CountDeadLetters counts the dead letters f selects (the number a replay
+// of a whole queue asks the operator to confirm).
+func CountDeadLetters(ctx context.Context, db DBTX, f OpsFilter) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, countDeadLettersSQL, f.Queue, f.Type).Scan(&n)
+	return n, MapError(err)
+}
+
+// AuditEntry is one row of pgoutbox.console_audit.
+type AuditEntry struct {
+	ID int64
+	// At is stamped by the database on insert.
+	At       time.Time
+	Operator string
+	// Session is a digest of the session, never the session id.
+	Session string
+	Action  string
+	Target  string
+	// Changed is how many effects the action changed.
+	Changed int
+	Outcome string
+}
+
+const insertAuditSQL = `
+INSERT INTO pgoutbox.console_audit (operator, session, action, target, changed, outcome)
+VALUES ($1, $2, $3, $4, $5, $6)`
+
+// InsertAudit records one console action (run it in the action's
+// transaction when there is one).
+func InsertAudit(ctx context.Context, db DBTX, e AuditEntry) error {
+	_, err := db.Exec(ctx, insertAuditSQL, e.Operator, e.Session, e.Action, e.Target, e.Changed, e.Outcome)
+	return MapError(err)
+}
+
+const listAuditSQL = `
+SELECT id, at, operator, session, action, target, changed, outcome
+FROM pgoutbox.console_audit ORDER BY id DESC LIMIT $1`
+
+// ListAudit returns the newest limit audit rows, newest first.
+func ListAudit(ctx context.Context, db DBTX, limit int) ([]AuditEntry, error) {
+	rows, err := db.Query(ctx, listAuditSQL, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		err := r.Scan(&e.ID, &e.At, &e.Operator, &e.Session, &e.Action, &e.Target, &e.Changed, &e.Outcome)
+		return e, err
+	})
+	return out, MapError(err)
+}
