@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,23 +12,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/browsertest"
 	"github.com/pgoutbox/pgoutbox/projection"
 )
-
-// chromiumInstallHint installs the browser the /workers test drives.
-const chromiumInstallHint = "apt-get update && apt-get install -y chromium"
-
-// chromium finds a Chromium or Chrome binary.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatalf("no Chromium found (chromium, chromium-browser, google-chrome); install it with: %s", chromiumInstallHint)
-	return ""
-}
 
 // artifactDir is where browser screenshots go: $PGOUTBOX_TEST_ARTIFACTS, or
 // artifacts/test at the repository root (git-ignored).
@@ -50,7 +35,6 @@ func artifactDir(t *testing.T) string {
 // the backlog changes, and saves a screenshot.
 func TestWorkersPageInBrowser(t *testing.T) {
 	t.Parallel()
-	exe := chromium(t)
 	b := setup(t, projection.Config{Disabled: map[string]string{projection.TargetSolr: "OUTBOX_PROJECT_TO_SOLR is not 1"}})
 	b.importN(t, 7, "Browser")
 	leases, err := pgoutbox.ClaimLeases(b.ctx, b.pool, projection.Queue, "t", 1, time.Minute)
@@ -61,13 +45,7 @@ func TestWorkersPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(b.ctx, opts...)
-	defer acancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	ctx := browsertest.New(t, b.ctx, 1400, 1000)
 	ctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer tcancel()
 

@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,20 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/pgoutbox/pgoutbox/controlplane"
+	"github.com/pgoutbox/pgoutbox/internal/browsertest"
 )
-
-// chromium finds a Chromium or Chrome binary (install: apt-get update &&
-// apt-get install -y chromium).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("no Chromium found (chromium, chromium-browser, google-chrome); install it with: apt-get update && apt-get install -y chromium")
-	return ""
-}
 
 // screenshotDirs are where the browser test saves its screenshots:
 // $PGOUTBOX_TEST_ARTIFACTS (default artifacts/test, git-ignored), and
@@ -57,7 +44,6 @@ func screenshotDirs(t *testing.T) []string {
 // audit. Every page is saved as a screenshot.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
-	exe := chromium(t)
 	e := newEnv(t, token, false)
 	e.exec(t, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, state, completed_at)
 		SELECT 'outbox_events', 'solr.index', 'record:r' || g, jsonb_build_object('record_id', 'r' || g), 'completed', now()
@@ -70,13 +56,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	dirs := screenshotDirs(t)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 900), chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(e.ctx, opts...)
-	defer acancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	ctx := browsertest.New(t, e.ctx, 1400, 900)
 	ctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer tcancel()
 
@@ -140,8 +120,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Filter by error text: only the dead letter is left.
 	run("filter",
 		chromedp.SendKeys(chromedp.CSS(`#filters input[name="error"]`), "HTTP 401"),
-		chromedp.Click(chromedp.CSS("#apply")),
-		chromedp.WaitVisible(chromedp.CSS(`#effects tr[data-id="`+strconv.FormatInt(dead, 10)+`"]`)))
+		chromedp.Click(chromedp.CSS("#apply")))
+	// The dead letter's row is on the unfiltered page too: wait for the
+	// filtered page itself (its form carries the filter as an attribute;
+	// typing set only the property) before counting its rows.
+	run("filtered page", chromedp.WaitVisible(chromedp.CSS(`#filters input[name="error"][value="HTTP 401"]`)))
+	run("filtered", chromedp.WaitVisible(chromedp.CSS(`#effects tr[data-id="`+strconv.FormatInt(dead, 10)+`"]`)))
 	if rows := countRows(); rows != 1 {
 		t.Fatalf("filtered by error text: %d rows, want 1", rows)
 	}

@@ -3,7 +3,6 @@ package demo_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/pgoutbox/pgoutbox/internal/browsertest"
 	"github.com/pgoutbox/pgoutbox/internal/demo"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -23,16 +23,7 @@ import (
 // and is resolved with it, checked against GitHub; both are in the audit.
 func TestConsoleHandlesTheDemoIncidents(t *testing.T) {
 	t.Parallel()
-	var exe string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			exe = p
-			break
-		}
-	}
-	if exe == "" {
-		t.Fatal("no Chromium found; install it with: apt-get update && apt-get install -y chromium")
-	}
+	browsertest.Exec(t) // fail before the demo runs when there is no browser
 	const token = "demo-operator-token-81c3"
 	pool, _ := pgtest.NewPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -58,13 +49,7 @@ func TestConsoleHandlesTheDemoIncidents(t *testing.T) {
 		return st
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 900), chromedp.UserDataDir(t.TempDir()))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
+	bctx := browsertest.New(t, ctx, 1400, 900)
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, actions...); err != nil {
