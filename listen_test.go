@@ -186,42 +186,110 @@ func TestListenerTerminatedFallsBackToPolling(t *testing.T) {
 	b.waitEvent(t, events, id2, "completed")
 }
 
-func TestNotifyLimiterFoldsConcurrentProducers(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	listener, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Release()
-	if _, err := listener.Exec(b.ctx, "LISTEN pgoutbox_effects"); err != nil {
-		t.Fatal(err)
-	}
-	// A takes the queue's notification; B, while A is open, skips it.
-	a, err := b.pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = a.Rollback(b.ctx) }()
-	if _, err := pgoutbox.Enqueue(b.ctx, a, pgoutbox.Effect{Queue: "qa", Type: "t", Key: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	b.enqueue(t, pgoutbox.Effect{Queue: "qa", Type: "t", Key: "b"})
-	if err := a.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A sentinel on another queue: notifications arrive in commit order, so
-	// once it arrives every earlier one has.
-	b.enqueue(t, pgoutbox.Effect{Queue: "qc", Type: "t", Key: "c"})
+// notifications collects the notifications a LISTENing connection receives
+// until the sentinel queue's arrives. Notifications arrive in commit order,
+// so once the sentinel, committed last, arrives every earlier one has.
+func notifications(t *testing.T, b *bundle, listener *pgxpool.Conn, sentinel string) map[string]int {
+	t.Helper()
+	b.enqueue(t, pgoutbox.Effect{Queue: sentinel, Type: "t", Key: "sentinel"})
 	counts := map[string]int{}
-	for counts["qc"] == 0 {
+	for counts[sentinel] == 0 {
 		n, err := listener.Conn().WaitForNotification(b.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		counts[n.Payload]++
 	}
-	if counts["qa"] != 1 {
-		t.Fatalf("%d notifications for qa from two producers, want 1 (folded)", counts["qa"])
+	return counts
+}
+
+func listen(t *testing.T, b *bundle) *pgxpool.Conn {
+	t.Helper()
+	listener, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(listener.Release)
+	if _, err := listener.Exec(b.ctx, "LISTEN pgoutbox_effects"); err != nil {
+		t.Fatal(err)
+	}
+	return listener
+}
+
+// A producer transaction left open after its enqueue (it recorded the
+// queue's notification time, uncommitted) does not silence another
+// producer of the queue: B's commit notifies while A is still open. Under
+// migration 00005's limiter A held the queue's notifier lock and B skipped.
+func TestNotifyOpenProducerDoesNotSilenceOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	listener := listen(t, b)
+	a, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Rollback(context.Background()) }()
+	if _, err := pgoutbox.Enqueue(b.ctx, a, pgoutbox.Effect{Queue: "qa", Type: "t", Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid)
+		WHERE l.locktype = 'advisory' AND s.state = 'idle in transaction' AND s.datname = current_database()`); n != 1 {
+		t.Fatalf("%d advisory locks held by the open producer, want 1 (its notification slot)", n)
+	}
+	b.enqueue(t, pgoutbox.Effect{Queue: "qa", Type: "t", Key: "b"})
+	if counts := notifications(t, b, listener, "qc"); counts["qa"] != 1 {
+		t.Fatalf("%d notifications for qa from the committed producer while another is open, want 1", counts["qa"])
+	}
+}
+
+// The limiter still folds: while a notification for the queue committed
+// within the window (here a recorded time in the future), a producer
+// skips its own; another queue is not affected.
+func TestNotifyLimiterFoldsWithinCommittedWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	listener := listen(t, b)
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.notify_state (queue, slot, notified_at)
+		VALUES ('qf', 3, now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, pgoutbox.Effect{Queue: "qf", Type: "t", Key: "f"})
+	b.enqueue(t, pgoutbox.Effect{Queue: "qo", Type: "t", Key: "o"})
+	counts := notifications(t, b, listener, "qc")
+	if counts["qf"] != 0 || counts["qo"] != 1 {
+		t.Fatalf("notifications %v: want none for qf (a committed one is within the window) and 1 for qo", counts)
+	}
+}
+
+// An idle worker (its poll interval an hour) is woken by a producer that
+// commits while another producer of the same queue is still open: the open
+// transaction's notification must not stand in for the committed one's.
+func TestNotifyOpenProducerStillWakesIdleWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tr := &claimTracer{}
+	c, err := pgoutbox.NewClient(tracedPool(t, b, tr), pgoutbox.Config{
+		Queues:       map[string]pgoutbox.QueueConfig{"q": {}},
+		Types:        []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
+		PollInterval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := watch(t, c)
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	b.waitFor(t, "the claim loop asleep", tr.quiet)
+	open, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(context.Background()) }()
+	if _, err := pgoutbox.Enqueue(b.ctx, open, pgoutbox.Effect{Queue: "q", Type: "t", Key: "open"}); err != nil {
+		t.Fatal(err)
+	}
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "t", Key: "committed"})[0]
+	b.waitEvent(t, events, id, "completed")
 }

@@ -293,7 +293,7 @@ func TestSQLEnqueueWaitsForConcurrentKey(t *testing.T) {
 }
 
 // An effect enqueued through SQL wakes LISTENing workers at commit (the
-// insert trigger's notification, limited by migration 00005).
+// insert trigger's notification, limited by migration 00011).
 func TestSQLEnqueueNotifies(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
