@@ -57,6 +57,7 @@ type options struct {
 	rate             float64
 	latencyDuration  time.Duration
 	latencyProducers int
+	latencyHold      time.Duration
 	scaleN           int
 	scaleProcs       int
 	scaleWorkers     int
@@ -95,7 +96,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox,ceiling[row-lock],ceiling", "systems to run, in order; ratios are to the first, and each pgoutbox's to the ceiling of its lease mode. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;cooldown=D;keys=sequential] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N])")
+	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox,ceiling[row-lock],ceiling", "systems to run, in order; ratios are to the first, and each pgoutbox's to the ceiling of its lease mode. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;cooldown=D;keys=sequential;notify=00005] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N])")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -110,6 +111,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.rate, "rate", 1000, "latency: effects/s, one effect per transaction")
 	fs.DurationVar(&o.latencyDuration, "latency-duration", 10*time.Second, "latency: how long to produce")
 	fs.IntVar(&o.latencyProducers, "latency-producers", 16, "latency: concurrent producer goroutines")
+	fs.DurationVar(&o.latencyHold, "latency-hold", 0, "latency: keep each producer transaction open this long after its insert, before its commit (an application's work after the enqueue)")
 	fs.IntVar(&o.scaleN, "scale-n", 10_000, "scale: effects pre-inserted")
 	fs.IntVar(&o.scaleProcs, "scale-procs", 2, "scale: worker processes")
 	fs.IntVar(&o.scaleWorkers, "scale-workers", 4, "scale: workers per process")
@@ -218,13 +220,18 @@ func (o *options) system(name string) (system, error) {
 					knobs.rowLock, err = time.ParseDuration(v)
 				case "cooldown":
 					knobs.claimCooldown, err = time.ParseDuration(v)
+				case "notify":
+					if v != "00005" && v != "00011" {
+						err = fmt.Errorf("notify=%q: 00005 (the old limiter) or 00011", v)
+					}
+					knobs.notify00005 = v == "00005"
 				case "keys":
 					if v != "sequential" && v != "random" {
 						err = fmt.Errorf("keys=%q: sequential or random", v)
 					}
 					knobs.seqKeys = v == "sequential"
 				default:
-					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, cooldown, keys)", k)
+					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, cooldown, keys, notify)", k)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("system %s: %w", name, err)

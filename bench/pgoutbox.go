@@ -33,7 +33,34 @@ type pgKnobs struct {
 	// instead of pgoutbox.Key's random SHA-256 hex: a diagnostic of what the
 	// unique key index costs when keys arrive in random order.
 	seqKeys bool
+	// notify00005 puts back migration 00005's NOTIFY limiter (an open
+	// transaction holding the queue's notifier lock silences the other
+	// producers) after the migrations: the before of migration 00011.
+	notify00005 bool
 }
+
+// notify00005SQL is migration 00005's limiter, as 00011's Down restores it.
+const notify00005SQL = `
+DROP TABLE pgoutbox.notify_state;
+CREATE UNLOGGED TABLE pgoutbox.notify_state (queue text PRIMARY KEY, notified_at timestamptz NOT NULL);
+CREATE OR REPLACE FUNCTION pgoutbox.notify_effects() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+BEGIN
+    FOR q IN SELECT DISTINCT n.queue FROM new_effects n WHERE n.state = 'available' LOOP
+        IF pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, 0)) THEN
+            INSERT INTO pgoutbox.notify_state AS s (queue, notified_at) VALUES (q, clock_timestamp())
+            ON CONFLICT (queue) DO UPDATE SET notified_at = excluded.notified_at
+                WHERE s.notified_at < clock_timestamp() - interval '10 milliseconds';
+            IF FOUND THEN
+                PERFORM pg_notify('pgoutbox_effects', q);
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;`
 
 type pgSystem struct {
 	name         string // "pgoutbox", or a variant such as "pgoutbox[clients=2]"
@@ -46,7 +73,15 @@ func (s *pgSystem) Name() string     { return s.name }
 func (s *pgSystem) Tables() []string { return []string{"pgoutbox.effects", "pgoutbox.effect_keys"} }
 
 func (s *pgSystem) Migrate(ctx context.Context, dsn string) error {
-	_, err := migrations.Up(ctx, dsn)
+	if _, err := migrations.Up(ctx, dsn); err != nil || !s.knobs.notify00005 {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, notify00005SQL)
 	return err
 }
 
@@ -146,6 +181,7 @@ func (r *pgRunner) InsertOne(ctx context.Context, db *pgxpool.Pool, seq int) (in
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		id, err = pgoutbox.Enqueue(ctx, tx, r.effect(seq))
+		holdOpen(ctx)
 		return err
 	})
 	return id, err

@@ -126,6 +126,7 @@ func (r *riverRunner) InsertOne(ctx context.Context, db *pgxpool.Pool, seq int) 
 			return err
 		}
 		id = res.Job.ID
+		holdOpen(ctx)
 		return nil
 	})
 	return id, err

@@ -417,7 +417,7 @@ func runLatency(ctx context.Context, e *env) (result, error) {
 				if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
 					time.Sleep(wait)
 				}
-				id, err := r.InsertOne(ctx, e.prod, int(i))
+				id, err := r.InsertOne(context.WithValue(ctx, holdKey{}, e.o.latencyHold), e.prod, int(i))
 				if err != nil {
 					errOnce.Do(func() { perr = err })
 					return

@@ -114,3 +114,15 @@ func waitCount(c *counter, target int64, timeout time.Duration) bool {
 		return false
 	}
 }
+
+// holdKey carries -latency-hold into InsertOne.
+type holdKey struct{}
+
+// holdOpen keeps a producer transaction open after its insert for the hold
+// carried by ctx (-latency-hold), as an application that enqueues and then
+// does other work before it commits.
+func holdOpen(ctx context.Context) {
+	if d, _ := ctx.Value(holdKey{}).(time.Duration); d > 0 {
+		time.Sleep(d)
+	}
+}

@@ -1,57 +1,85 @@
 -- +goose Up
--- The NOTIFY limiter of 00005 let the transaction holding a queue's notifier
--- lock (a tried advisory transaction lock) silence every other producer of
--- the queue until it ended: a producer transaction left open (an insert
--- followed by slow application work) or rolled back delayed the wake-up of
--- effects that other producers had committed meanwhile, until the lock
--- holder committed or the workers' poll interval (1 s) passed.
+-- The NOTIFY limiter of 00005 decided at insert time: the producer
+-- transaction that took the queue's notifier lock (a tried advisory
+-- transaction lock) notified at its commit, and every other producer of the
+-- queue skipped while it stayed open. A producer left open after its insert
+-- (slow application work after the enqueue) or rolled back thereby delayed
+-- the wake-up of effects that other producers had committed meanwhile,
+-- until it ended or the workers' poll interval (1 s) passed.
 --
--- Now a producer skips its notification only when a notification for the
--- queue was COMMITTED within the last 10 ms: the workers it woke poll the
--- queue every 5 ms for 250 ms (ActivePollInterval, ActiveTail), so they find
--- the skipped effects. The evidence is a committed row of notify_state;
--- what an open transaction wrote is invisible to the others and never
--- suppresses anything. A producer that notifies records its time in one of
--- a few slots per queue, the first whose advisory lock it can take without
--- waiting (one writer per slot, so no producer ever waits on another); when
--- every slot is held by an open transaction it notifies without recording.
--- PostgreSQL folds identical notifications of one transaction, and a
--- transaction sees its own recorded time, so a transaction notifies a queue
--- at most once however many statements insert into it.
+-- Now the decision is taken at commit. The insert trigger only marks the
+-- transaction (its backend's row of notify_pending, a HOT update), which
+-- queues a deferred constraint trigger; at commit that trigger skips the
+-- notification when
+--   * a notification for the queue was committed in the last 10 ms: the
+--     workers it woke poll the queue every 5 ms for 250 ms (the engine's
+--     ActivePollInterval and ActiveTail) and find this effect; or
+--   * another transaction holds the queue's notifier lock, which is taken
+--     only while committing: that transaction notifies within its commit.
+-- Otherwise it takes the lock without waiting, notifies, and records the
+-- time in notify_state. An open transaction never silences another one: it
+-- takes nothing until it commits, and what it wrote is invisible to the
+-- others. Outside READ COMMITTED the transaction notifies without reading
+-- or writing notify_state (an older snapshot would only make it notify
+-- more; a write could fail with a serialization error at commit).
 DROP TABLE pgoutbox.notify_state;
 CREATE UNLOGGED TABLE pgoutbox.notify_state (
-    queue        text NOT NULL,
-    slot         smallint NOT NULL,
-    notified_at  timestamptz NOT NULL,
-    PRIMARY KEY (queue, slot)
+    queue        text PRIMARY KEY,
+    notified_at  timestamptz NOT NULL
 );
+-- One row per backend that enqueued, rewritten (HOT) by each of its
+-- transactions: only its own backend writes a row, so nothing waits.
+CREATE UNLOGGED TABLE pgoutbox.notify_pending (
+    pid    integer PRIMARY KEY,
+    queue  text NOT NULL
+) WITH (fillfactor = 50);
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION pgoutbox.notify_effects() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     q text;
-    k int;
 BEGIN
     FOR q IN SELECT DISTINCT n.queue FROM new_effects n WHERE n.state = 'available' LOOP
-        CONTINUE WHEN EXISTS (SELECT 1 FROM pgoutbox.notify_state s
-            WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds');
-        PERFORM pg_notify('pgoutbox_effects', q);
-        FOR k IN 0..3 LOOP
-            IF pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, k)) THEN
-                INSERT INTO pgoutbox.notify_state AS s (queue, slot, notified_at)
-                VALUES (q, k, clock_timestamp())
-                ON CONFLICT (queue, slot) DO UPDATE SET notified_at = excluded.notified_at;
-                EXIT;
-            END IF;
-        END LOOP;
+        INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
+        ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
     END LOOP;
     RETURN NULL;
 END;
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text := NEW.queue;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_notify('pgoutbox_effects', q);
+        RETURN NULL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgoutbox.notify_state s
+               WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds')
+       OR NOT pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, 0)) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO pgoutbox.notify_state AS s (queue, notified_at) VALUES (q, clock_timestamp())
+    ON CONFLICT (queue) DO UPDATE SET notified_at = excluded.notified_at;
+    PERFORM pg_notify('pgoutbox_effects', q);
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+CREATE CONSTRAINT TRIGGER notify_pending_at_commit
+    AFTER INSERT OR UPDATE ON pgoutbox.notify_pending
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION pgoutbox.notify_at_commit();
+
 -- +goose Down
+DROP TABLE pgoutbox.notify_pending;
+DROP FUNCTION pgoutbox.notify_at_commit();
 DROP TABLE pgoutbox.notify_state;
 CREATE UNLOGGED TABLE pgoutbox.notify_state (
     queue        text PRIMARY KEY,
