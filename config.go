@@ -56,6 +56,15 @@ const (
 	// per 10 ms, so a producer that skipped notifying is picked up by these
 	// polls.
 	ActivePollInterval = 5 * time.Millisecond
+	// RowLockLeaseDefault is a queue's row-lock lease when
+	// QueueConfig.RowLockLease is zero (OUTBOX_ROW_LOCK_LEASE): replay-safe
+	// effects are leased by the claim transaction's row lock for up to 50
+	// ms (or half the queue's DeliveryTimeout when that is shorter).
+	RowLockLeaseDefault = 50 * time.Millisecond
+	// RowLockLeaseOff, as QueueConfig.RowLockLease (any negative value
+	// does the same), turns row-lock leases off: every claim writes a
+	// durable lease.
+	RowLockLeaseOff time.Duration = -1
 	// ActiveTail is how long a queue stays active after a wake-up or a
 	// non-empty claim.
 	ActiveTail = 250 * time.Millisecond
@@ -103,15 +112,18 @@ type QueueConfig struct {
 	// ClaimBatch is the most effects one claim statement leases; default
 	// Concurrency. A claim never takes more than the free slots.
 	ClaimBatch int
-	// RowLockLease, when positive, leases this queue's replay-safe effects
-	// by the row lock of the claim transaction, held open for at most this
-	// long: an effect whose handler succeeds within it costs one tuple
-	// write (available → completed) instead of two, and the rest become
-	// ordinary durable leases when the batch closes (see rowlock.go).
-	// Default 0: every claim writes a durable lease. Worth it for short,
-	// replay-safe handlers (indexing, publishing); pointless for effects
-	// that are not replay-safe, which always take a durable lease. A few
-	// tens of milliseconds is typical; it must be below DeliveryTimeout.
+	// RowLockLease is how long a claim transaction may hold this queue's
+	// replay-safe effects by their row locks: an effect whose handler
+	// succeeds within it costs one tuple write (available → completed)
+	// instead of two, and the rest become ordinary durable leases when the
+	// batch closes (see rowlock.go). Effects that are not replay-safe
+	// always take a durable lease (delivery_started_at committed first).
+	// Default RowLockLeaseDefault (50 ms), or half of DeliveryTimeout when
+	// that is shorter; it must be below DeliveryTimeout. RowLockLeaseOff
+	// (or any negative value) turns row-lock leases off: every claim writes a durable lease (for long
+	// handlers, which would be promoted anyway, or to keep no transaction
+	// open while handlers run, e.g. behind a transaction pooler with a short
+	// idle-in-transaction timeout).
 	RowLockLease time.Duration
 	// ClaimCooldown, when positive, lets the claim loop wait up to this long
 	// after its previous claim for more slots to free before it claims a
@@ -238,8 +250,13 @@ func (c Config) withDefaults() (Config, error) {
 		if q.Concurrency < 0 || q.ClaimBatch < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency and ClaimBatch must be positive", name)
 		}
-		if q.RowLockLease < 0 || (q.RowLockLease > 0 && q.RowLockLease >= q.DeliveryTimeout) {
-			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].RowLockLease (%s) must be between 0 and DeliveryTimeout (%s)",
+		switch {
+		case q.RowLockLease == 0:
+			q.RowLockLease = min(RowLockLeaseDefault, q.DeliveryTimeout/2)
+		case q.RowLockLease < 0:
+			q.RowLockLease = 0 // off: durable leases only
+		case q.RowLockLease >= q.DeliveryTimeout:
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].RowLockLease (%s) must be below DeliveryTimeout (%s); negative turns it off",
 				name, q.RowLockLease, q.DeliveryTimeout)
 		}
 		if q.DeliveryTimeout >= c.LeaseDuration {

@@ -24,7 +24,7 @@ func listenerCount(t *testing.T, b *bundle) int64 {
 func noop(context.Context, *pgoutbox.Delivery) error { return nil }
 
 // claimTracer is a pgx tracer that records when the client's LISTEN
-// completed and how many claim statements are in flight.
+// completed and how many claim statements (or batches) are in flight.
 type claimTracer struct {
 	mu       sync.Mutex
 	listenAt time.Time
@@ -53,6 +53,33 @@ func (c *claimTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 		c.inflight--
 	case strings.HasPrefix(sql, "LISTEN "):
 		c.listenAt = time.Now()
+	}
+}
+
+// A row-lock claim (the default for replay-safe types) is sent as a batch.
+type batchKey struct{}
+
+func (c *claimTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	claim := false
+	for _, q := range d.Batch.QueuedQueries {
+		claim = claim || isClaim(q.SQL)
+	}
+	if claim {
+		c.mu.Lock()
+		c.inflight++
+		c.claims++
+		c.mu.Unlock()
+	}
+	return context.WithValue(ctx, batchKey{}, claim)
+}
+
+func (c *claimTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *claimTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if claim, _ := ctx.Value(batchKey{}).(bool); claim {
+		c.mu.Lock()
+		c.inflight--
+		c.mu.Unlock()
 	}
 }
 

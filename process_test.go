@@ -166,7 +166,7 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	t.Run("durable", func(t *testing.T) {
 		t.Parallel()
-		testExactlyOnce(t, setup(t), 100_000, 0)
+		testExactlyOnce(t, setup(t), 100_000, pgoutbox.RowLockLeaseOff)
 	})
 	// Under row-lock leases no effect is claimed twice either: a locked
 	// row is skipped by every other claimer until its batch commits.
@@ -179,7 +179,7 @@ func TestExactlyOnceClaimingAcrossProcesses(t *testing.T) {
 	// pooler, with no session for LISTEN (they poll).
 	t.Run("pgbouncer durable", func(t *testing.T) {
 		t.Parallel()
-		testExactlyOnce(t, setupPooled(t).bundle, 10_000, 0)
+		testExactlyOnce(t, setupPooled(t).bundle, 10_000, pgoutbox.RowLockLeaseOff)
 	})
 	t.Run("pgbouncer rowlock", func(t *testing.T) {
 		t.Parallel()
@@ -367,7 +367,7 @@ func TestPoisonThatKillsItsWorker(t *testing.T) {
 		name       string
 		hold       time.Duration
 		maxCrashes int
-	}{{"durable", 0, 3}, {"rowlock", time.Second, 4}} {
+	}{{"durable", pgoutbox.RowLockLeaseOff, 3}, {"rowlock", time.Second, 4}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			testPoisonKillsWorker(t, mode.hold, mode.maxCrashes)

@@ -116,7 +116,7 @@ func TestOutcomes(t *testing.T) {
 var leaseModes = []struct {
 	name string
 	hold time.Duration
-}{{"durable", 0}, {"rowlock", 5 * time.Second}}
+}{{"durable", pgoutbox.RowLockLeaseOff}, {"rowlock", 5 * time.Second}}
 
 func TestRetryThenSuccessAndDeadLetterAtExactlyMaxAttempts(t *testing.T) {
 	t.Parallel()
@@ -390,7 +390,6 @@ func TestConfigValidation(t *testing.T) {
 		"duplicate type":        {Types: []pgoutbox.EffectType{{Name: "a", Handler: h}, {Name: "a", Handler: h}}},
 		"no handler":            {Types: []pgoutbox.EffectType{{Name: "a"}}},
 		"row lock over timeout": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Second, RowLockLease: time.Second}}},
-		"negative row lock":     {Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: -time.Second}}},
 		"negative cooldown":     {Queues: map[string]pgoutbox.QueueConfig{"q": {ClaimCooldown: -time.Millisecond}}},
 		"both handlers": {Types: []pgoutbox.EffectType{{Name: "a", Handler: h,
 			TxHandler: func(context.Context, pgx.Tx, *pgoutbox.Delivery) error { return nil }}}},

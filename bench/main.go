@@ -96,7 +96,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox[row-lock=50ms],pgoutbox,ceiling[row-lock],ceiling", "systems to run, in order; ratios are to the first, and each pgoutbox's to the ceiling of its lease mode. pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D;cooldown=D;keys=sequential;notify=00005] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N])")
+	fs.StringVar(&systems, "systems", "river,pgoutbox,pgoutbox[row-lock=off],ceiling[row-lock],ceiling", "systems to run, in order; ratios are to the first, and each pgoutbox's to the ceiling of its lease mode (pgoutbox alone is the engine's defaults: row-lock leases of 50 ms; row-lock=off: durable leases). pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D|off;cooldown=D;keys=sequential;notify=00005] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N])")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -122,7 +122,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pg.claimBatch, "pg-claim-batch", 1000, "pgoutbox QueueConfig.ClaimBatch (capped at -workers)")
 	fs.IntVar(&o.pg.completionBatch, "pg-completion-batch", 0, "pgoutbox Config.CompletionBatch (0: engine default)")
 	fs.DurationVar(&o.pg.poll, "pg-poll", 0, "pgoutbox Config.PollInterval (0: engine default)")
-	fs.DurationVar(&o.pg.rowLock, "pg-row-lock", 0, "pgoutbox QueueConfig.RowLockLease (0: durable leases)")
+	fs.DurationVar(&o.pg.rowLock, "pg-row-lock", 0, "pgoutbox QueueConfig.RowLockLease (0: the engine default, 50ms; negative: durable leases)")
 	fs.DurationVar(&o.pg.claimCooldown, "pg-claim-cooldown", 0, "pgoutbox QueueConfig.ClaimCooldown (0: none)")
 	fs.IntVar(&o.pg.clients, "pg-clients", 1, "pgoutbox Clients per process on the same queue (each has its own claim loop); -workers is split between them")
 	fs.BoolVar(&o.xNoNotify, "x-pg-no-notify", false, "experiment: disable pgoutbox's NOTIFY-per-enqueuing-transaction trigger (workers then poll every -pg-poll)")
@@ -163,6 +163,19 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("flags must be positive")
 	}
 	return o, nil
+}
+
+// parseRowLock parses a row-lock knob: a duration, or "off" (durable
+// leases, QueueConfig.RowLockLease negative).
+func parseRowLock(v string) (time.Duration, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err == nil && d <= 0 {
+		err = fmt.Errorf("row-lock=%s: a positive duration or off", v)
+	}
+	return d, err
 }
 
 func splitList(s string) []string {
@@ -217,7 +230,7 @@ func (o *options) system(name string) (system, error) {
 				case "poll":
 					knobs.poll, err = time.ParseDuration(v)
 				case "row-lock":
-					knobs.rowLock, err = time.ParseDuration(v)
+					knobs.rowLock, err = parseRowLock(v)
 				case "cooldown":
 					knobs.claimCooldown, err = time.ParseDuration(v)
 				case "notify":

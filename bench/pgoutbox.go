@@ -27,7 +27,7 @@ type pgKnobs struct {
 	completionBatch int // 0: the engine default
 	poll            time.Duration
 	clients         int           // Clients per process on the same queue, splitting the workers
-	rowLock         time.Duration // QueueConfig.RowLockLease; 0: durable leases
+	rowLock         time.Duration // QueueConfig.RowLockLease; 0: the engine default (50 ms); negative: durable leases
 	claimCooldown   time.Duration // QueueConfig.ClaimCooldown; 0: none
 	// seqKeys makes idempotency keys ascending ("bench-000000000042")
 	// instead of pgoutbox.Key's random SHA-256 hex: a diagnostic of what the

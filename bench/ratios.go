@@ -122,7 +122,7 @@ func ceilingFor(sys system, systems []system) system {
 		return nil
 	}
 	for _, s := range systems {
-		if c, ok := s.(*ceilingSystem); ok && c.rowLock == (p.knobs.rowLock > 0) {
+		if c, ok := s.(*ceilingSystem); ok && c.rowLock == (p.knobs.rowLock >= 0) {
 			return c
 		}
 	}

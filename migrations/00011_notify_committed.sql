@@ -22,6 +22,11 @@
 -- others. Outside READ COMMITTED the transaction notifies without reading
 -- or writing notify_state (an older snapshot would only make it notify
 -- more; a write could fail with a serialization error at commit).
+--
+-- Both trigger functions are SECURITY DEFINER: the commit-time trigger runs
+-- as whoever commits, which for the SQL API (00008) is pgoutbox_enqueuer,
+-- outside the definer's enqueue function; and a role allowed to insert
+-- effects needs no rights on the limiter's tables.
 DROP TABLE pgoutbox.notify_state;
 CREATE UNLOGGED TABLE pgoutbox.notify_state (
     queue        text PRIMARY KEY,
@@ -36,7 +41,9 @@ CREATE UNLOGGED TABLE pgoutbox.notify_pending (
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION pgoutbox.notify_effects() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
     q text;
 BEGIN
@@ -51,7 +58,9 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
     q text := NEW.queue;
 BEGIN

@@ -99,6 +99,9 @@ type engine struct {
 // adjust, when set, edits the configuration before the applications join it.
 // Close the pool when done.
 func (g *globals) openEngine(ctx context.Context, eng *engineFlags, adjust func(*pgoutbox.Config)) (*engine, error) {
+	if err := eng.validate(); err != nil {
+		return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
 	e := &engine{log: g.logger(), reg: prometheus.NewRegistry()}
 	pool, _, err := g.open(ctx, true)
 	if err != nil {
@@ -115,5 +118,6 @@ func (g *globals) openEngine(ctx context.Context, eng *engineFlags, adjust func(
 		pool.Close()
 		return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
 	}
+	eng.queueDefaults(&e.cfg)
 	return e, nil
 }

@@ -121,7 +121,7 @@ with River is the bench/ module (docs/benchmarks.md).`,
 	f.IntVar(&o.concurrency, "concurrency", 2000, "deliveries in flight (QueueConfig.Concurrency, split between --clients)")
 	f.IntVar(&o.claimBatch, "claim-batch", 500, "QueueConfig.ClaimBatch")
 	f.IntVar(&o.clients, "clients", 2, "Clients on the queue in this process (each has its own claim loop)")
-	f.DurationVar(&o.rowLock, "row-lock", 0, "QueueConfig.RowLockLease: lease by the claim transaction's row lock for up to this long (0: durable leases, the engine default)")
+	f.DurationVar(&o.rowLock, "row-lock", pgoutbox.RowLockLeaseDefault, "QueueConfig.RowLockLease: lease replay-safe effects by the claim transaction's row lock for up to this long (the engine default; 0: durable leases)")
 	f.DurationVar(&o.claimCooldown, "claim-cooldown", 0, "QueueConfig.ClaimCooldown: wait up to this long after a claim for more free slots before claiming a partial batch (0: none, the engine default)")
 	f.DurationVar(&o.sustained, "sustained", 10*time.Second, "sustained: how long producers enqueue (0 skips)")
 	f.IntVar(&o.producers, "producers", 4, "sustained: producer connections")
@@ -259,7 +259,7 @@ func (b *bencher) start(ctx context.Context, onStart func(id int64)) (*benchClie
 			conc++
 		}
 		c, err := pgoutbox.NewClient(b.workers, pgoutbox.Config{
-			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1)), RowLockLease: b.o.rowLock, ClaimCooldown: b.o.claimCooldown}},
+			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1)), RowLockLease: rowLockLease(b.o.rowLock), ClaimCooldown: b.o.claimCooldown}},
 			Types:         []pgoutbox.EffectType{{Name: "bench.noop", ReplaySafe: true, Handler: handler}},
 			Logger:        b.g.logger(),
 			PruneInterval: -1,

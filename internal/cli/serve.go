@@ -29,6 +29,16 @@ type engineFlags struct {
 	stopTimeout time.Duration
 	sweepEvery  time.Duration
 	backoffCap  time.Duration
+	rowLock     time.Duration
+}
+
+// rowLockLease maps the CLI's row-lock lease (0: off) to
+// QueueConfig.RowLockLease (negative: off).
+func rowLockLease(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -47,6 +57,31 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 		"how long in-flight deliveries may finish at shutdown (env OUTBOX_SHUTDOWN_TIMEOUT)")
 	f.DurationVar(&e.backoffCap, "backoff-cap", envDuration("OUTBOX_BACKOFF_CAP", pgoutbox.BackoffCapDefault),
 		"retry backoff cap (env OUTBOX_BACKOFF_CAP)")
+	f.DurationVar(&e.rowLock, "row-lock-lease", envDuration("OUTBOX_ROW_LOCK_LEASE", pgoutbox.RowLockLeaseDefault),
+		"lease replay-safe effects by the claim transaction's row lock for up to this long, then durably; 0: durable leases only (env OUTBOX_ROW_LOCK_LEASE)")
+}
+
+// queueDefaults applies the engine flags that are per queue to every queue
+// of cfg that does not set its own.
+func (e *engineFlags) queueDefaults(cfg *pgoutbox.Config) {
+	if e.rowLock == pgoutbox.RowLockLeaseDefault {
+		return // the engine's default, which also respects a short DeliveryTimeout
+	}
+	for name, q := range cfg.Queues {
+		if q.RowLockLease == 0 {
+			q.RowLockLease = rowLockLease(e.rowLock)
+			cfg.Queues[name] = q
+		}
+	}
+}
+
+// validate refuses engine flags no configuration accepts, before anything
+// is opened.
+func (e *engineFlags) validate() error {
+	if e.rowLock < 0 {
+		return fmt.Errorf("--row-lock-lease (OUTBOX_ROW_LOCK_LEASE) must not be negative, got %s; 0 turns row-lock leases off", e.rowLock)
+	}
+	return nil
 }
 
 func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Config {

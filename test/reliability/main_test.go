@@ -198,7 +198,7 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 var leaseModes = []struct {
 	name string
 	hold time.Duration
-}{{"durable", 0}, {"rowlock", 50 * time.Millisecond}}
+}{{"durable", pgoutbox.RowLockLeaseOff}, {"rowlock", 50 * time.Millisecond}}
 
 // eachMode runs fn once per lease mode, one after the other (the scenarios
 // measure times on a small machine).

@@ -59,7 +59,8 @@ type workerSpec struct {
 	// Events prints "event <id> <outcome> <state>" for every recorded
 	// outcome.
 	Events bool `json:"events"`
-	// RowLock is the queue's QueueConfig.RowLockLease (0: durable leases).
+	// RowLock is the queue's QueueConfig.RowLockLease (negative: durable
+	// leases; 0: the engine default).
 	RowLock time.Duration `json:"row_lock"`
 }
 
