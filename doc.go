@@ -48,8 +48,9 @@
 // Claims take up to the free slots of a queue in one statement; completions
 // of many deliveries are group-committed in one statement; leases of all
 // in-flight deliveries are extended in one statement every LeaseDuration/3.
-// A queue with QueueConfig.RowLockLease leases its replay-safe effects by the
-// row lock of the claim transaction instead of a durable lease: the claim
+// By default (QueueConfig.RowLockLease, 50 ms; RowLockLeaseOff turns it off)
+// a queue leases its replay-safe effects by the row lock of the claim
+// transaction instead of a durable lease: the claim
 // writes nothing, and an effect whose handler returns within RowLockLease is
 // completed in that same transaction, one tuple write (available →
 // completed) instead of two. Whatever has not finished by then (a slow
@@ -59,7 +60,7 @@
 // the effect is delivered again. A worker that dies during the hold has no
 // attempt counted. docs/benchmarks.md measures both modes.
 //
-// Workers wake on LISTEN/NOTIFY (one notification per transaction and queue,
-// raised by a statement trigger) with a polling fallback and a catch-up claim
-// after every reconnect.
+// Workers wake on LISTEN/NOTIFY (at most one notification per queue per 10
+// ms, decided when the producer commits) with a polling fallback and a
+// catch-up claim after every reconnect.
 package pgoutbox
