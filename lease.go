@@ -8,10 +8,6 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// DB is what the manual lease API runs on: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx.
-type DB = store.DBTX
-
 // State is an effect's state (docs/design.md, "States").
 type State string
 
