@@ -260,15 +260,15 @@ func (c *Client) extendLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.ExtendLeases(ctx)
+			c.extendLeases(ctx)
 		}
 	}
 }
 
-// ExtendLeases extends the leases of every in-flight delivery now (the
+// extendLeases extends the leases of every in-flight delivery now (the
 // extender does this every LeaseDuration/3) and cancels, with cause
 // ErrLeaseLost, the deliveries whose lease was lost.
-func (c *Client) ExtendLeases(ctx context.Context) {
+func (c *Client) extendLeases(ctx context.Context) {
 	var fences []store.Fence
 	var holders []*held
 	for _, q := range c.queues {

@@ -50,15 +50,6 @@ const (
 	// RetryAfterCap, or to BackoffCap when that is larger, so one bad header
 	// cannot park an effect for years.
 	RetryAfterCap = time.Hour
-	// ActivePollInterval is how often a claim loop polls while its queue is
-	// active (for ActiveTail after a wake-up or a non-empty claim): the
-	// insert trigger folds the notifications of one queue into at most one
-	// per 10 ms, so a producer that skipped notifying is picked up by these
-	// polls.
-	ActivePollInterval = 5 * time.Millisecond
-	// ActiveTail is how long a queue stays active after a wake-up or a
-	// non-empty claim.
-	ActiveTail = 250 * time.Millisecond
 )
 
 // Handler delivers one effect to the outside world. Its error is the outcome:
@@ -267,10 +258,11 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Backoff is the delay before retry number attempt+1: 2^attempt seconds
-// with ±10 % jitter, capped at limit. The cap applies after the jitter, so
-// no wait exceeds limit; at the cap the waits spread over [0.9, 1] × limit.
-func Backoff(attempt int, limit time.Duration) time.Duration {
+// retryBackoff is the delay before retry number attempt+1: 2^attempt
+// seconds with ±10 % jitter, capped at limit. The cap applies after the
+// jitter, so no wait exceeds limit; at the cap the waits spread over
+// [0.9, 1] × limit.
+func retryBackoff(attempt int, limit time.Duration) time.Duration {
 	base := math.Min(math.Pow(2, float64(attempt))*float64(time.Second), float64(limit))
 	jitter := 1 + (rand.Float64()*0.2 - 0.1)
 	return time.Duration(math.Min(base*jitter, float64(limit)))

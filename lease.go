@@ -112,7 +112,7 @@ func (l *Lease) Extend(ctx context.Context, db DB, d time.Duration) error {
 // or reconciliation for an ambiguous non-replay-safe effect.
 func failRoute(herr error, replaySafe bool, attempt int, backoffCap time.Duration) (store.FailKind, time.Duration) {
 	outcome, after := classify(herr, replaySafe)
-	kind, delay := store.FailRetry, Backoff(attempt, backoffCap)
+	kind, delay := store.FailRetry, retryBackoff(attempt, backoffCap)
 	switch outcome {
 	case OutcomeRetryAfter:
 		delay = max(delay, min(after, max(RetryAfterCap, backoffCap)))

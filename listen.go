@@ -37,7 +37,7 @@ func (c *Client) listen(ctx context.Context, cfg *pgx.ConnConfig) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, ListenRetryMax)
+		backoff = min(backoff*2, listenRetryMax)
 	}
 }
 

@@ -68,8 +68,8 @@ func (q *queueWorker) run(ctx context.Context) {
 	defer q.c.runWG.Done()
 	poll := time.NewTimer(q.c.cfg.PollInterval)
 	defer poll.Stop()
-	// lastActive is the last wake-up or non-empty claim: for ActiveTail
-	// after it the loop polls every ActivePollInterval, which picks up the
+	// lastActive is the last wake-up or non-empty claim: for activeTail
+	// after it the loop polls every activePollInterval, which picks up the
 	// effects of producers whose notification the limiter folded into an
 	// earlier one (migration 00005).
 	var lastActive, lastClaim time.Time
@@ -114,13 +114,13 @@ func (q *queueWorker) run(ctx context.Context) {
 			continue // a full batch: there may be more
 		}
 		wait := q.c.cfg.PollInterval
-		if time.Since(lastActive) < ActiveTail {
-			wait = min(wait, ActivePollInterval)
+		if time.Since(lastActive) < activeTail {
+			wait = min(wait, activePollInterval)
 		}
-		if wait > ActivePollInterval {
+		if wait > activePollInterval {
 			// About to idle: learn when the next retry or scheduled
 			// effect falls due. (A busy queue polls every
-			// ActivePollInterval anyway and pays no extra query.)
+			// activePollInterval anyway and pays no extra query.)
 			q.scheduleDue(ctx)
 		}
 		woken, alive := q.idle(ctx, poll, wait)
