@@ -14,8 +14,11 @@ import (
 // record of the expected type.
 var ErrNotReconcilable = errors.New("pgoutbox: not a reconciliation_required effect of that type")
 
-// Record is an effect as operators see it.
-type Record struct {
+// EffectRow is an effect as stored in pgoutbox.effects, as operators see it:
+// what GetEffect and ListEffects return. Payload is omitted from its JSON
+// encoding; LastError is empty when no attempt failed and DeliveryStartedAt
+// is nil unless delivery of a type that is not replay-safe started.
+type EffectRow struct {
 	ID                int64           `json:"id"`
 	Queue             string          `json:"queue"`
 	Type              string          `json:"effect_type"`
@@ -29,8 +32,8 @@ type Record struct {
 	LastError         string          `json:"last_error,omitempty"`
 }
 
-func recordOf(r store.Record) Record {
-	out := Record{ID: r.ID, Queue: r.Queue, Type: r.Type, Key: r.Key, State: State(r.State), Attempts: r.Attempts,
+func effectRowOf(r store.Record) EffectRow {
+	out := EffectRow{ID: r.ID, Queue: r.Queue, Type: r.Type, Key: r.Key, State: State(r.State), Attempts: r.Attempts,
 		MaxAttempts: r.MaxAttempts, Payload: r.Payload, CreatedAt: r.CreatedAt, DeliveryStartedAt: r.DeliveryStartedAt}
 	if r.LastError != nil {
 		out.LastError = *r.LastError
@@ -38,25 +41,26 @@ func recordOf(r store.Record) Record {
 	return out
 }
 
-// GetRecord loads one effect; ok=false when it does not exist.
-func GetRecord(ctx context.Context, db DB, id int64) (Record, bool, error) {
+// GetEffect loads the effect with id; ok is false when no such effect exists
+// (never enqueued, or pruned after CompletedRetention).
+func GetEffect(ctx context.Context, db DB, id int64) (row EffectRow, ok bool, err error) {
 	r, ok, err := store.Get(ctx, db, id)
 	if err != nil {
-		return Record{}, false, fmt.Errorf("pgoutbox: get effect %d: %w", id, err)
+		return EffectRow{}, false, fmt.Errorf("pgoutbox: get effect %d: %w", id, err)
 	}
-	return recordOf(r), ok, nil
+	return effectRowOf(r), ok, nil
 }
 
-// ListRecords lists up to limit effects in state (of queue, when not empty),
-// oldest first.
-func ListRecords(ctx context.Context, db DB, state State, queue string, limit int) ([]Record, error) {
+// ListEffects lists up to limit effects in state (of queue, when queue is not
+// empty), oldest first; a limit of zero lists none.
+func ListEffects(ctx context.Context, db DB, state State, queue string, limit int) ([]EffectRow, error) {
 	rs, err := store.ListState(ctx, db, string(state), queue, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: list %s: %w", state, err)
 	}
-	out := make([]Record, len(rs))
+	out := make([]EffectRow, len(rs))
 	for i, r := range rs {
-		out[i] = recordOf(r)
+		out[i] = effectRowOf(r)
 	}
 	return out, nil
 }
