@@ -140,7 +140,7 @@ func watch(t *testing.T, c *pgoutbox.Client) *watcher {
 func (b *bundle) waitEvent(t *testing.T, w *watcher, id int64, state string) pgoutbox.Event {
 	t.Helper()
 	for {
-		if e, ok := w.seen[[2]any{id, state}]; ok {
+		if e, ok := w.seen[[2]any{id, pgoutbox.State(state)}]; ok {
 			return e
 		}
 		select {

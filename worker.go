@@ -326,7 +326,7 @@ func (q *queueWorker) recordCompletion(ctx context.Context, d *Delivery, ok bool
 }
 
 func (q *queueWorker) event(d *Delivery, o Outcome, state string, err error) {
-	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: state}
+	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: State(state)}
 	if err != nil {
 		e.Err = err.Error()
 	}

@@ -161,7 +161,7 @@ func (r *pgRunner) Start(ctx context.Context) error {
 			for {
 				select {
 				case e := <-events:
-					if e.State == "completed" {
+					if e.State == pgoutbox.StateCompleted {
 						r.completed.add(1)
 					}
 				case <-cctx.Done():

@@ -273,7 +273,7 @@ func (b *bencher) start(ctx context.Context, onStart func(id int64)) (*benchClie
 			for {
 				select {
 				case e := <-events:
-					if e.State == "completed" {
+					if e.State == pgoutbox.StateCompleted {
 						bc.completed.Add(1)
 					}
 				case <-done:
