@@ -8,10 +8,11 @@ import "sync"
 type Event struct {
 	// EffectID is the effect's id (what Enqueue returned).
 	EffectID int64
-	// Queue, Type and Attempt are the delivery's queue, effect type and
-	// attempt number (Delivery.Attempt, from 1).
-	Queue   string
-	Type    string
+	// Queue is the effect's queue.
+	Queue string
+	// Type is the effect's type.
+	Type string
+	// Attempt is the delivery's attempt number (Delivery.Attempt, from 1).
 	Attempt int
 	// Outcome is how the delivery ended.
 	Outcome Outcome

@@ -13,10 +13,20 @@ type State string
 
 // Effect states.
 const (
-	StateAvailable              State = "available"
-	StateLeased                 State = "leased"
-	StateCompleted              State = "completed"
-	StateDeadLetter             State = "dead_letter"
+	// StateAvailable: waiting to be claimed, now or at its available_at
+	// (a new effect, or one retrying after a backoff).
+	StateAvailable State = "available"
+	// StateLeased: claimed by a worker (or handed to a broker) under a
+	// lease that a sweeper recovers once it expires.
+	StateLeased State = "leased"
+	// StateCompleted: delivered; pruned after Config.CompletedRetention.
+	StateCompleted State = "completed"
+	// StateDeadLetter: failed permanently or ran out of attempts; kept until
+	// an operator replays it (pgoutbox dlq).
+	StateDeadLetter State = "dead_letter"
+	// StateReconciliationRequired: a delivery of a type that is not
+	// replay-safe started and its outcome is unknown; kept until an
+	// operator calls Resolve.
 	StateReconciliationRequired State = "reconciliation_required"
 )
 

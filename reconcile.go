@@ -15,21 +15,31 @@ import (
 var ErrNotReconcilable = errors.New("pgoutbox: not a reconciliation_required effect of that type")
 
 // EffectRow is an effect as stored in pgoutbox.effects, as operators see it:
-// what GetEffect and ListEffects return. Payload is omitted from its JSON
-// encoding; LastError is empty when no attempt failed and DeliveryStartedAt
-// is nil unless delivery of a type that is not replay-safe started.
+// what GetEffect and ListEffects return.
 type EffectRow struct {
-	ID                int64           `json:"id"`
-	Queue             string          `json:"queue"`
-	Type              string          `json:"effect_type"`
-	Key               string          `json:"idempotency_key"`
-	State             State           `json:"state"`
-	Attempts          int             `json:"attempts"`
-	MaxAttempts       int             `json:"max_attempts"`
-	Payload           json.RawMessage `json:"-"`
-	CreatedAt         time.Time       `json:"created_at"`
-	DeliveryStartedAt *time.Time      `json:"delivery_started_at,omitempty"`
-	LastError         string          `json:"last_error,omitempty"`
+	// ID is the effect's id (what Enqueue returned).
+	ID int64 `json:"id"`
+	// Queue, Type and Key are the effect's queue, effect type and
+	// idempotency key, as enqueued.
+	Queue string `json:"queue"`
+	Type  string `json:"effect_type"`
+	Key   string `json:"idempotency_key"`
+	// State is where the effect is now (docs/design.md, "States").
+	State State `json:"state"`
+	// Attempts counts the deliveries started so far; MaxAttempts is the
+	// attempt after which a failure dead-letters.
+	Attempts    int `json:"attempts"`
+	MaxAttempts int `json:"max_attempts"`
+	// Payload is the effect's JSON payload; it is left out of the JSON
+	// encoding of an EffectRow.
+	Payload json.RawMessage `json:"-"`
+	// CreatedAt is when the enqueuing transaction wrote the effect.
+	CreatedAt time.Time `json:"created_at"`
+	// DeliveryStartedAt is when the delivery of a type that is not
+	// replay-safe started; nil otherwise.
+	DeliveryStartedAt *time.Time `json:"delivery_started_at,omitempty"`
+	// LastError is the error of the last failed attempt; empty if none.
+	LastError string `json:"last_error,omitempty"`
 }
 
 func effectRowOf(r store.Record) EffectRow {
