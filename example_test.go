@@ -337,11 +337,12 @@ func ExampleResolve() {
 func ExampleKey() {
 	// The same parts always give the same key, so a retried request that
 	// enqueues again finds the effect it already wrote.
-	fmt.Println(pgoutbox.Key("email.receipt", "42") == pgoutbox.Key("email.receipt", "42"))
-	fmt.Println(len(pgoutbox.Key("email.receipt", "42")))
+	first, again := pgoutbox.Key("email.receipt", "42"), pgoutbox.Key("email.receipt", "42")
+	fmt.Println(first == again, len(first))
+	fmt.Println(first == pgoutbox.Key("email.receipt", "43"))
 	// Output:
-	// true
-	// 64
+	// true 64
+	// false
 }
 
 func ExampleIsCredentialKey() {
