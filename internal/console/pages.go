@@ -37,6 +37,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return "-"
 	},
 	"subject": func(b []byte) string { return ops.ParseSubject(b).String() },
+	"redact":  RedactError,
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -208,6 +209,61 @@ type detailData struct {
 	GitHub       bool
 	Inspection   *controlplane.Inspection
 	InspectError string
+	// Timeline is the effect's history, oldest first: enqueued, each
+	// recorded failed attempt and replay (pgoutbox.effect_attempts), the
+	// last claim, delivery start and the outcome.
+	Timeline []event
+	// TimelineCut: more than AttemptsShown attempts are recorded; only the
+	// newest are shown.
+	TimelineCut bool
+}
+
+// AttemptsShown is how many recorded attempts an effect's page shows (the
+// newest).
+const AttemptsShown = 200
+
+// event is one line of an effect's timeline.
+type event struct {
+	At     time.Time
+	What   string
+	Class  string // "err" for a failure
+	Worker string
+	Detail string // the error, redacted
+}
+
+// timeline merges the row's timestamps and the recorded attempts, oldest
+// first (a stable sort: an attempt that dead-lettered the effect comes
+// before the row's dead_lettered_at of the same instant).
+func timeline(e store.EffectDetail, attempts []store.Attempt) []event {
+	ev := []event{{At: e.CreatedAt, What: "enqueued"}}
+	for _, a := range attempts {
+		x := event{At: a.At, Worker: a.Worker, Detail: RedactError(a.Error), Class: "err"}
+		switch a.Outcome {
+		case "replayed":
+			x.What, x.Class = fmt.Sprintf("replayed by an operator after %d attempt(s): attempts start again", a.Attempt), ""
+		case "retrying":
+			x.What = fmt.Sprintf("attempt %d failed → retrying", a.Attempt)
+		default:
+			x.What = fmt.Sprintf("attempt %d failed → %s", a.Attempt, a.Outcome)
+		}
+		ev = append(ev, x)
+	}
+	add := func(t *time.Time, what, worker string) {
+		if t != nil {
+			ev = append(ev, event{At: *t, What: what, Worker: worker})
+		}
+	}
+	owner := ""
+	if e.LeaseOwner != nil {
+		owner = *e.LeaseOwner
+	}
+	add(e.LeasedAt, fmt.Sprintf("claimed (attempt %d, the latest claim)", e.Attempts), owner)
+	add(e.DeliveryStartedAt, "delivery started", "")
+	add(e.CompletedAt, "completed", "")
+	add(e.DeadLetteredAt, "dead-lettered", "")
+	add(e.ReconciliationAt, "reconciliation required", "")
+	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
+	return ev
 }
 
 func pathID(r *http.Request) (int64, error) {
@@ -236,8 +292,17 @@ func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
 	d := detailData{E: e, Subject: ops.ParseSubject(e.Payload), Payload: RedactPayload(e.Payload),
 		ControlPlane: c.cfg.ControlPlane != nil, GitHub: c.cfg.GitHub}
 	if e.LastError != nil {
-		d.LastError = *e.LastError
+		d.LastError = RedactError(*e.LastError)
 	}
+	attempts, err := store.ListAttempts(r.Context(), c.cfg.Pool, id, AttemptsShown+1)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if len(attempts) > AttemptsShown {
+		attempts, d.TimelineCut = attempts[1:], true
+	}
+	d.Timeline = timeline(e, attempts)
 	if e.Resolution != nil {
 		d.Resolution = RedactPayload(e.Resolution)
 	}
