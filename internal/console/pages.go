@@ -23,6 +23,22 @@ import (
 //go:embed templates/*.html
 var templateFS embed.FS
 
+//go:embed static/live.js
+var liveJS []byte
+
+// liveScript serves the live-refresh script (static, no secret: served
+// without a session).
+func liveScript(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(liveJS)
+}
+
+// livePages are the pages that refresh themselves (the ones without a
+// form inside what is refreshed).
+var livePages = map[string]bool{"overview": true, "effects": true}
+
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"when": func(t any) string {
 		switch v := t.(type) {
@@ -64,18 +80,25 @@ type view struct {
 	Operator string
 	CSRF     string
 	States   []string
+	// Live is the live-refresh interval in milliseconds, 0 on pages that
+	// do not refresh; LiveText says it to the reader.
+	Live     int64
+	LiveText string
 	Data     any
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	v := view{Title: title, ReadOnly: c.ReadOnly(), States: States, Data: data}
+	if livePages[name] && status == http.StatusOK && c.cfg.LiveRefresh > 0 {
+		v.Live, v.LiveText = c.cfg.LiveRefresh.Milliseconds(), c.cfg.LiveRefresh.String()
+	}
 	if s := c.sessionOf(r); s != nil {
 		v.SignedIn, v.Operator, v.CSRF = true, s.operator, s.csrf
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.WriteHeader(status)
