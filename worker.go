@@ -268,8 +268,13 @@ func transient(err error) error { return Retry(err) }
 
 // route classifies a handler's error for the core deliverer.
 func (c *Client) route(herr error, replaySafe bool, attempt int) core.Route {
+	return routeOf(herr, replaySafe, attempt, c.cfg.BackoffCap)
+}
+
+// routeOf classifies herr and routes it with backoff capped at backoffCap.
+func routeOf(herr error, replaySafe bool, attempt int, backoffCap time.Duration) core.Route {
 	outcome, _ := classify(herr, replaySafe)
-	kind, delay := failRoute(herr, replaySafe, attempt, c.cfg.BackoffCap)
+	kind, delay := failRoute(herr, replaySafe, attempt, backoffCap)
 	return core.Route{Outcome: string(outcome), Kind: kind, Delay: delay}
 }
 
