@@ -32,10 +32,10 @@ type Client struct {
 	queues map[string]*queueWorker
 	subs   subscribers
 
-	life   *core.Lifecycle  // start, stop with grace, stop twice
-	leases core.Leases      // in-flight durable leases, for the extender
-	ext    core.Extender    // extends leases
-	commit *core.Committer  // group-commits completions; set by Start
+	life   *core.Lifecycle // start, stop with grace, stop twice
+	leases core.Leases     // in-flight durable leases, for the extender
+	ext    core.Extender   // extends leases
+	commit *core.Committer // group-commits completions; set by Start
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.
