@@ -46,18 +46,7 @@ func ClaimLeases(ctx context.Context, db DB, queue, owner string, limit int, lea
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
-	out := make([]*Lease, len(claimed))
-	for i, cl := range claimed {
-		out[i] = &Lease{
-			Delivery: Delivery{
-				ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
-				Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
-				LeaseToken: cl.Token.String(),
-			},
-			fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
-		}
-	}
-	return out, nil
+	return leasesOf(claimed), nil
 }
 
 func leaseLost(op string, id int64) error {

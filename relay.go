@@ -2,13 +2,11 @@ package pgoutbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -47,14 +45,7 @@ func leasesOf(claimed []store.Claimed) []*Lease {
 }
 
 func newLease(cl store.Claimed) *Lease {
-	return &Lease{
-		Delivery: Delivery{
-			ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
-			Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
-			LeaseToken: cl.Token.String(),
-		},
-		fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
-	}
+	return &Lease{Delivery: *newDelivery(cl), fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}}
 }
 
 func fencesOf(leases []*Lease) []store.Fence {
@@ -236,189 +227,6 @@ func TakeOver(ctx context.Context, db DB, handoffs []Handoff, owner string, leas
 		out[at[j]] = tr
 	}
 	return out, nil
-}
-
-// CompleteLeases marks the leases' effects completed in one fenced statement
-// (a group commit; each row is found by primary key, so the cost does not
-// grow with the number of leased effects) and returns the ids completed; a missing id had lost its
-// lease and nothing was written for it.
-func CompleteLeases(ctx context.Context, db DB, leases []*Lease) (map[int64]bool, error) {
-	if len(leases) == 0 {
-		return map[int64]bool{}, nil
-	}
-	done, err := store.Complete(ctx, db, fencesOf(leases))
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: complete: %w", err)
-	}
-	out := make(map[int64]bool, len(done))
-	for id := range done {
-		out[id] = true
-	}
-	return out, nil
-}
-
-// ExtendLeases pushes every lease to now()+d (database clock) in one fenced
-// statement and returns the ids still held; a missing id lost its lease.
-func ExtendLeases(ctx context.Context, db DB, leases []*Lease, d time.Duration) (map[int64]bool, error) {
-	if len(leases) == 0 {
-		return map[int64]bool{}, nil
-	}
-	kept, err := store.Extend(ctx, db, fencesOf(leases), d)
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: extend: %w", err)
-	}
-	return kept, nil
-}
-
-// RunStatus says how Lease.Run ended.
-type RunStatus int
-
-// Run statuses.
-const (
-	// RunDelivered: the handler succeeded and registered no transition;
-	// complete the effect (CompleteLeases, a group commit).
-	RunDelivered RunStatus = iota + 1
-	// RunCompleted: the effect was completed in its own transaction, with
-	// its OnComplete transitions or as an internal job (TxHandler).
-	RunCompleted
-	// RunFailed: the handler failed; Outcome, Retry and Delay say how to
-	// record it: Lease.HandBack when Retry is true (and the broker can
-	// deliver again), else Lease.Fail.
-	RunFailed
-	// RunLeaseLost: the lease was lost; nothing was written.
-	RunLeaseLost
-	// RunUnrecorded: the effect was delivered (or may have been) but its
-	// completion could not be recorded; it keeps its lease, and when the
-	// lease expires it is recovered like a crashed worker's
-	// (reconciliation_required when it is not replay-safe).
-	RunUnrecorded
-)
-
-// RunResult is the outcome of Lease.Run.
-type RunResult struct {
-	Status RunStatus
-	// Outcome is the classified outcome (docs/design.md, "Delivery outcomes").
-	Outcome Outcome
-	// Err is the handler's (or the engine's) error, for RunFailed and
-	// RunUnrecorded.
-	Err error
-	// ReplaySafe is the effect type's replay safety (always true for an
-	// internal job); pass it to Lease.Fail.
-	ReplaySafe bool
-	// Retry is true for RunFailed when the effect goes back for another
-	// attempt (a retry, or an ambiguous outcome of a replay-safe type) and
-	// attempts remain.
-	Retry bool
-	// Delay is the backoff before that attempt (2^attempt s capped, ±10 %;
-	// a later Retry-After wins).
-	Delay time.Duration
-}
-
-// Run delivers the lease's effect exactly as a Client's worker does: an
-// internal job (TxHandler) runs inside its fenced completion transaction; a
-// type that is not replay-safe gets delivery_started_at committed before its
-// handler runs; the handler gets the delivery timeout (t.Timeout, else
-// timeout), and a panic is an error; transitions registered with
-// Delivery.OnComplete commit with the completion. Run records success itself
-// only when it needs a transaction (RunCompleted); every other outcome is
-// returned for the caller to record (see RunStatus), so that a broker consumer
-// can group-commit completions and redeliver retries through the broker.
-func (l *Lease) Run(ctx context.Context, pool *pgxpool.Pool, t EffectType, timeout, backoffCap time.Duration) RunResult {
-	if t.Timeout > 0 {
-		timeout = t.Timeout
-	}
-	if t.TxHandler != nil {
-		return l.completeIn(ctx, pool, t.TxHandler, true, timeout, backoffCap)
-	}
-	if t.Handler == nil {
-		return l.failed(Retry(fmt.Errorf("no handler registered for effect type %q", l.Type)), true, backoffCap)
-	}
-	if !t.ReplaySafe {
-		// Committed before the request is sent: a crash from here on is
-		// routed to reconciliation_required.
-		if err := l.MarkStarted(ctx, pool); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				return RunResult{Status: RunLeaseLost, Outcome: OutcomeLeaseLost, Err: err}
-			}
-			return l.failed(Retry(fmt.Errorf("record delivery start: %w", err)), false, backoffCap)
-		}
-	}
-	hctx, cancel := context.WithTimeout(ctx, timeout)
-	err := call(hctx, func(ctx context.Context) error { return t.Handler(ctx, &l.Delivery) })
-	cancel()
-	if err != nil {
-		return l.failed(err, t.ReplaySafe, backoffCap)
-	}
-	if len(l.onComplete) == 0 {
-		return RunResult{Status: RunDelivered, Outcome: OutcomeSuccess, ReplaySafe: t.ReplaySafe}
-	}
-	return l.completeIn(ctx, pool, nil, t.ReplaySafe, timeout, backoffCap)
-}
-
-func (l *Lease) failed(herr error, replaySafe bool, backoffCap time.Duration) RunResult {
-	outcome, _ := classify(herr, replaySafe)
-	kind, delay := failRoute(herr, replaySafe, l.Attempt, backoffCap)
-	return RunResult{
-		Status: RunFailed, Outcome: outcome, Err: herr, ReplaySafe: replaySafe,
-		Retry: kind == store.FailRetry && l.Attempt < l.MaxAttempts, Delay: delay,
-	}
-}
-
-// completeIn mirrors the worker's completion transaction: the fenced
-// completion locks the row first, then the job's writes or the delivery's
-// transitions join it.
-func (l *Lease) completeIn(ctx context.Context, pool *pgxpool.Pool, job TxHandler, replaySafe bool, timeout, backoffCap time.Duration) RunResult {
-	var tctx context.Context
-	var cancel context.CancelFunc
-	if job != nil {
-		tctx, cancel = context.WithTimeout(ctx, timeout)
-	} else {
-		// The external effect already happened: the completion must not be
-		// cut short by the delivery's own cancellation.
-		tctx, cancel = finishCtx(ctx)
-	}
-	defer cancel()
-	txFailed := func(err error) RunResult {
-		if replaySafe || job != nil {
-			return l.failed(Retry(err), true, backoffCap)
-		}
-		return RunResult{Status: RunUnrecorded, Outcome: OutcomeAmbiguous, Err: err, ReplaySafe: false}
-	}
-	tx, err := pool.Begin(tctx)
-	if err != nil {
-		return txFailed(fmt.Errorf("begin completion: %w", err))
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }()
-	done, err := store.Complete(tctx, tx, []store.Fence{l.fence})
-	if err != nil {
-		return txFailed(fmt.Errorf("complete: %w", err))
-	}
-	if _, ok := done[l.ID]; !ok {
-		return RunResult{Status: RunLeaseLost, Outcome: OutcomeLeaseLost, Err: leaseLost("complete", l.ID)}
-	}
-	if job != nil {
-		if err := call(tctx, func(ctx context.Context) error { return job(ctx, tx, &l.Delivery) }); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(tctx))
-			return l.failed(err, true, backoffCap)
-		}
-	}
-	for _, fn := range l.onComplete {
-		if err := fn(tctx, tx); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(tctx))
-			return txFailed(fmt.Errorf("completion transition: %w", err))
-		}
-	}
-	// As in the worker: the commit is not cut short by the delivery's
-	// cancellation or the job's timeout. Once the fenced completion holds
-	// the row, interrupting the COMMIT only makes its outcome unknown, and a
-	// commit that succeeded on the server would be reported unrecorded.
-	cctx, ccancel := finishCtx(ctx)
-	defer ccancel()
-	if err := tx.Commit(cctx); err != nil {
-		return RunResult{Status: RunUnrecorded, Outcome: OutcomeAmbiguous, Err: fmt.Errorf("completion commit: %w", err),
-			ReplaySafe: replaySafe || job != nil}
-	}
-	return RunResult{Status: RunCompleted, Outcome: OutcomeSuccess, ReplaySafe: replaySafe || job != nil}
 }
 
 // RetryHorizon is the longest time an effect handed to a broker may keep

@@ -1,13 +1,9 @@
 package pgoutbox_test
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
 )
@@ -80,9 +76,8 @@ func TestRelayClaimHandOverTakeOverComplete(t *testing.T) {
 	if again := takeOne(t, b, handoffOf(l), "c2"); again.Action != pgoutbox.TakeOverBusy || again.Wait < 50*time.Second {
 		t.Fatalf("second take-over of a live lease: %+v", again)
 	}
-	ok, err := pgoutbox.CompleteLeases(b.ctx, b.pool, []*pgoutbox.Lease{res.Lease})
-	if err != nil || !ok[ids[0]] {
-		t.Fatalf("complete: %v %v", err, ok)
+	if err := res.Lease.Complete(b.ctx, b.pool); err != nil {
+		t.Fatalf("complete: %v", err)
 	}
 	if r := b.row(t, ids[0]); r.State != "completed" || r.Attempts != 1 {
 		t.Fatalf("after completion: %+v", r)
@@ -162,8 +157,10 @@ func TestTakeOverAfterExpiredLeaseFollowsSweeperRules(t *testing.T) {
 		t.Fatalf("exhausted after expiry: %+v", r)
 	}
 	// The dead consumer's fenced writes change nothing.
-	if _, err := pgoutbox.CompleteLeases(b.ctx, b.pool, taken); err != nil {
-		t.Fatal(err)
+	for _, l := range taken {
+		if err := l.Complete(b.ctx, b.pool); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+			t.Fatalf("the dead consumer's completion: %v, want ErrLeaseLost", err)
+		}
 	}
 	if r := b.row(t, ids[0]); r.State != "leased" {
 		t.Fatalf("the dead consumer completed a taken-over effect: %+v", r)
@@ -211,94 +208,6 @@ func TestHandBackReleaseAndAvailableTakeOver(t *testing.T) {
 	}
 }
 
-func TestRunMirrorsTheWorker(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ids := b.enqueue(t,
-		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "ok"},
-		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "ambiguous"},
-		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "transition"},
-		pgoutbox.Effect{Queue: "q", Type: "job", Key: "job"},
-		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "retry"},
-	)
-	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE relay_marks (key text PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	var startedSeen atomic.Bool
-	types := map[string]pgoutbox.EffectType{
-		"dispatch": {Name: "dispatch", Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
-			var started *time.Time
-			if err := b.pool.QueryRow(ctx, `SELECT delivery_started_at FROM pgoutbox.effects WHERE id = $1`, d.ID).Scan(&started); err != nil {
-				return err
-			}
-			startedSeen.Store(started != nil)
-			if d.Key == "ambiguous" {
-				return pgoutbox.Ambiguous(errors.New("timeout after sending"))
-			}
-			return nil
-		}},
-		"safe": {Name: "safe", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
-			if d.Key == "retry" {
-				return pgoutbox.RetryAfter(time.Hour, errors.New("429"))
-			}
-			d.OnComplete(func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `INSERT INTO relay_marks VALUES ($1)`, d.Key)
-				return err
-			})
-			return nil
-		}},
-		"job": {Name: "job", TxHandler: func(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery) error {
-			_, err := tx.Exec(ctx, `INSERT INTO relay_marks VALUES ($1)`, d.Key)
-			return err
-		}},
-	}
-	ls, err := pgoutbox.ClaimRelay(b.ctx, b.pool, "q", "relay-1", 10, time.Minute)
-	if err != nil || len(ls) != len(ids) {
-		t.Fatal(err, len(ls))
-	}
-	var hs []pgoutbox.Handoff
-	for _, l := range ls {
-		hs = append(hs, handoffOf(l))
-	}
-	taken, err := pgoutbox.TakeOver(b.ctx, b.pool, hs, "c1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(i int) pgoutbox.RunResult {
-		l := taken[i].Lease
-		return l.Run(b.ctx, b.pool, types[l.Type], 10*time.Second, time.Second)
-	}
-	if res := run(0); res.Status != pgoutbox.RunDelivered || !startedSeen.Load() {
-		t.Fatalf("dispatch: %+v, delivery_started_at committed before the call: %v", res, startedSeen.Load())
-	}
-	if r := b.row(t, ids[0]); r.State != "leased" || r.Started == nil {
-		t.Fatalf("a delivered effect is completed by the caller, not by Run: %+v", r)
-	}
-	res := run(1)
-	if res.Status != pgoutbox.RunFailed || res.Outcome != pgoutbox.OutcomeAmbiguous || res.Retry {
-		t.Fatalf("ambiguous dispatch: %+v", res)
-	}
-	if st, err := taken[1].Lease.Fail(b.ctx, b.pool, res.Err, res.ReplaySafe, time.Second); err != nil || st != pgoutbox.StateReconciliationRequired {
-		t.Fatalf("recording the ambiguous dispatch: %v %v", st, err)
-	}
-	if res := run(2); res.Status != pgoutbox.RunCompleted {
-		t.Fatalf("transition: %+v", res)
-	}
-	if res := run(3); res.Status != pgoutbox.RunCompleted {
-		t.Fatalf("job: %+v", res)
-	}
-	if n := b.scalar(t, `SELECT count(*) FROM relay_marks WHERE key IN ('transition', 'job')`); n != 2 {
-		t.Fatalf("%d transitions committed, want 2", n)
-	}
-	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`); n != 2 {
-		t.Fatalf("%d completed, want 2 (transition and job)", n)
-	}
-	res = run(4)
-	if res.Status != pgoutbox.RunFailed || !res.Retry || res.Delay < time.Hour {
-		t.Fatalf("retry-after: %+v", res)
-	}
-}
-
 func TestRetryHorizon(t *testing.T) {
 	t.Parallel()
 	// 8 attempts, backoff 2..256 s (+10 %), 60 s per attempt, +60 s.
@@ -309,40 +218,5 @@ func TestRetryHorizon(t *testing.T) {
 	}
 	if capped := pgoutbox.RetryHorizon(3, time.Second, 0); capped != time.Duration(3*1.1*float64(time.Second)) {
 		t.Fatalf("capped horizon %s", capped)
-	}
-}
-
-// The completion of an internal job commits under a context of its own, not
-// under the delivery's (the worker's rule since 69cc5d3): a delivery context
-// cancelled as the job returns (a lost consumer lease noticed late, a
-// shutdown) must not turn a fenced completion that holds its row into an
-// unrecorded one. The job cancels the delivery's context itself, so the
-// commit always starts with it cancelled.
-func TestRunCommitsJobAfterDeliveryCancelled(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	id := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "job", Key: "job"})[0]
-	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE relay_marks (key text PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	dctx, cancel := context.WithCancel(b.ctx)
-	defer cancel()
-	job := pgoutbox.EffectType{Name: "job", TxHandler: func(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO relay_marks VALUES ($1)`, d.Key); err != nil {
-			return err
-		}
-		cancel() // the delivery's context ends as the job returns
-		return nil
-	}}
-	taken := takeOne(t, b, handoffOf(relayOne(t, b)), "c1")
-	res := taken.Lease.Run(dctx, b.pool, job, 10*time.Second, time.Second)
-	if res.Status != pgoutbox.RunCompleted {
-		t.Fatalf("job whose delivery context ended at its return: %+v, want RunCompleted", res)
-	}
-	if r := b.row(t, id); r.State != "completed" {
-		t.Fatalf("effect %+v, want completed", r)
-	}
-	if n := b.scalar(t, `SELECT count(*) FROM relay_marks`); n != 1 {
-		t.Fatalf("%d job writes committed, want 1", n)
 	}
 }

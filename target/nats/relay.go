@@ -9,16 +9,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/core"
 )
 
 // Defaults of RelayConfig.
@@ -92,11 +91,8 @@ type Relay struct {
 	log     *slog.Logger
 	m       relayMetrics
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	wake    map[string]chan struct{}
+	life *core.Lifecycle // start, stop with grace, stop twice
+	wake map[string]chan struct{}
 }
 
 type relayMetrics struct {
@@ -141,7 +137,8 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 	}
 	cfg.Stream = cfg.Stream.withDefaults()
 	cfg.Retry = cfg.Retry.withDefaults()
-	r := &Relay{pool: pool, js: js, cfg: cfg, horizon: cfg.Retry.Horizon(), log: cfg.Logger, wake: map[string]chan struct{}{}}
+	r := &Relay{pool: pool, js: js, cfg: cfg, horizon: cfg.Retry.Horizon(), log: cfg.Logger, wake: map[string]chan struct{}{},
+		life: core.NewLifecycle("nats: relay")}
 	for _, q := range cfg.Queues {
 		if err := checkToken(q); err != nil {
 			return nil, fmt.Errorf("nats: RelayConfig.Queues: %q: %w", q, err)
@@ -172,61 +169,56 @@ func (r *Relay) ID() string { return r.cfg.ID }
 // window is shorter than the retry horizon, then starts one relay loop per
 // queue and the LISTEN/NOTIFY listener.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return errors.New("nats: relay already started")
-	}
-	st, err := EnsureStream(ctx, r.js, r.cfg.Stream, r.cfg.Retry, r.cfg.Queues)
-	if err != nil {
-		return err
-	}
-	r.stream = st
-	r.started = true
-	runCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	for _, q := range r.cfg.Queues {
-		for range r.cfg.Concurrency {
-			r.wg.Add(1)
-			go r.loop(runCtx, q)
+	return r.life.Start(func() error {
+		st, err := EnsureStream(ctx, r.js, r.cfg.Stream, r.cfg.Retry, r.cfg.Queues)
+		if err != nil {
+			return err
 		}
-	}
-	if !r.cfg.DisableListen {
-		r.wg.Add(1)
-		go r.listen(runCtx)
-	}
-	r.log.Info("relay started", "id", r.cfg.ID, "stream", r.cfg.Stream.Name, "queues", r.cfg.Queues,
-		"handover_lease", r.horizon)
-	return nil
+		r.stream = st
+		for _, q := range r.cfg.Queues {
+			for range r.cfg.Concurrency {
+				r.life.Go(func(ctx context.Context) { r.loop(ctx, q) })
+			}
+		}
+		if !r.cfg.DisableListen {
+			cfg := r.pool.Config().ConnConfig.Copy()
+			cfg.RuntimeParams["application_name"] = "pgoutbox-relay-listener"
+			l := &core.Listener{
+				Config: cfg, RetryMax: 5 * time.Second, Log: r.log,
+				Wake: func(queue string) {
+					if ch, ok := r.wake[queue]; ok {
+						core.Signal(ch)
+					}
+				},
+				WakeAll: func() {
+					for _, ch := range r.wake {
+						core.Signal(ch)
+					}
+				},
+			}
+			r.life.Go(l.Run)
+		}
+		r.log.Info("relay started", "id", r.cfg.ID, "stream", r.cfg.Stream.Name, "queues", r.cfg.Queues,
+			"handover_lease", r.horizon)
+		return nil
+	})
 }
 
 // Stop stops claiming and waits for the batch in flight to be handed over
 // (or ctx to end). Effects claimed and not handed over are recovered by the
 // sweeper when the relay's lease expires.
 func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.started || r.cancel == nil {
-		r.mu.Unlock()
-		return nil
+	ran, err := r.life.Stop(ctx, nil)
+	if err == nil && ran {
+		err = ctx.Err() // the batch in flight outlived ctx
 	}
-	cancel := r.cancel
-	r.cancel = nil
-	r.mu.Unlock()
-	cancel()
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
+	if ran && err == nil {
 		r.log.Info("relay stopped", "id", r.cfg.ID)
-		return nil
-	case <-ctx.Done():
-		<-done
-		return ctx.Err()
 	}
+	return err
 }
 
 func (r *Relay) loop(ctx context.Context, queue string) {
-	defer r.wg.Done()
 	poll := time.NewTimer(r.cfg.PollInterval)
 	defer poll.Stop()
 	errWait := 100 * time.Millisecond
@@ -388,56 +380,4 @@ func (r *Relay) publishFailed(ctx context.Context, l *pgoutbox.Lease, err error)
 		r.log.Error("releasing a failed relay", "effect_id", l.ID, "err", rerr)
 	}
 	r.log.Warn("relay publish failed; released", "effect_id", l.ID, "queue", l.Queue, "err", err)
-}
-
-// listen wakes a queue's loop on each NOTIFY of that queue, and every loop
-// after each (re)connect.
-func (r *Relay) listen(ctx context.Context) {
-	defer r.wg.Done()
-	cfg := r.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = "pgoutbox-relay-listener"
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, cfg)
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.Warn("relay listener disconnected; polling until it reconnects", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{pgoutbox.NotifyChannel}.Sanitize()); err != nil {
-		return err
-	}
-	for _, ch := range r.wake {
-		signal(ch)
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if ch, ok := r.wake[n.Payload]; ok {
-			signal(ch)
-		}
-	}
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }
