@@ -179,7 +179,8 @@ type Config struct {
 	// applied after the jitter). Default BackoffCapDefault (300 s).
 	BackoffCap time.Duration
 	// DisableListen turns LISTEN/NOTIFY off: the claim loops poll every
-	// PollInterval. Default false: the client listens on NotifyChannel.
+	// PollInterval. Default false: the client listens on the channel
+	// pgoutbox_effects, on which an enqueue announces its queue.
 	DisableListen bool
 	// SessionURL is a connection string to the same database on which a
 	// connection is a session of its own: PostgreSQL directly, or a pooler

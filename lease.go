@@ -31,7 +31,7 @@ const (
 )
 
 // Lease is an effect claimed through the manual API (ClaimLeases), for
-// callers that deliver outside a Client: relays, consumers, tests. Every
+// callers that deliver outside a Client (the projection's projector, tests). Every
 // method is fenced by the effect id, the lease token and the effect type; a
 // lease that was recovered returns ErrLeaseLost and changes nothing.
 type Lease struct {
@@ -47,6 +47,18 @@ func ClaimLeases(ctx context.Context, db DB, queue, owner string, limit int, lea
 		return nil, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
 	return leasesOf(claimed), nil
+}
+
+func leasesOf(claimed []store.Claimed) []*Lease {
+	out := make([]*Lease, len(claimed))
+	for i, cl := range claimed {
+		out[i] = newLease(cl)
+	}
+	return out
+}
+
+func newLease(cl store.Claimed) *Lease {
+	return &Lease{Delivery: *newDelivery(cl), fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}}
 }
 
 func leaseLost(op string, id int64) error {

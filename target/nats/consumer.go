@@ -10,13 +10,13 @@ import (
 	"os"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -374,7 +374,7 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 		q.releaseN(len(msgs))
 		return
 	}
-	hs := make([]pgoutbox.Handoff, 0, len(msgs))
+	hs := make([]handoff.Message, 0, len(msgs))
 	valid := make([]jetstream.Msg, 0, len(msgs))
 	for _, m := range msgs {
 		var env Envelope
@@ -384,14 +384,14 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 			q.releaseN(1)
 			continue
 		}
-		hs = append(hs, pgoutbox.Handoff{ID: env.EffectID, Type: env.Type, Key: env.Key, RelayToken: env.RelayToken})
+		hs = append(hs, handoff.Message{ID: env.EffectID, Type: env.Type, Key: env.Key, RelayToken: env.RelayToken})
 		valid = append(valid, m)
 	}
 	if len(hs) == 0 {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	res, err := pgoutbox.TakeOver(fctx, q.c.pool, hs, q.c.cfg.ID, q.c.cfg.Retry.LeaseDuration)
+	res, err := handoff.TakeOver(fctx, q.c.pool, hs, q.c.cfg.ID, q.c.cfg.Retry.LeaseDuration)
 	cancel()
 	if err != nil {
 		q.c.log.Error("take-over failed; messages redelivered later", "queue", q.name, "count", len(valid), "err", err)
@@ -403,19 +403,19 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	for i, r := range res {
 		m, h := valid[i], hs[i]
-		if r.Action == pgoutbox.TakenOver {
+		if r.Action == handoff.Taken {
 			q.start(r.Lease, m)
 			continue
 		}
 		q.c.m.WithLabelValues(q.name, h.Type, string(r.Action)).Inc()
 		switch r.Action {
-		case pgoutbox.TakeOverSettled:
+		case handoff.Settled:
 			if r.State == pgoutbox.StateCompleted {
 				_ = m.Ack()
 			} else {
 				_ = m.Term()
 			}
-		case pgoutbox.TakeOverBusy:
+		case handoff.Busy:
 			if q.lastDelivery(m) {
 				// Never leave a message undeliverable in the stream: the
 				// holder records its outcome in PostgreSQL, and an effect
@@ -426,11 +426,11 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 			} else {
 				_ = m.NakWithDelay(min(max(r.Wait+100*time.Millisecond, 100*time.Millisecond), q.c.cfg.AckWait))
 			}
-		case pgoutbox.TakeOverReconciled:
+		case handoff.Reconciled:
 			q.c.log.Error("delivery started and was never recorded; reconciliation_required, not redelivered",
 				"effect_id", h.ID, "queue", q.name, "effect_type", h.Type)
 			_ = m.TermWithReason("reconciliation_required")
-		case pgoutbox.TakeOverExhausted:
+		case handoff.Exhausted:
 			q.c.log.Error("attempts exhausted; dead-lettered", "effect_id", h.ID, "queue", q.name, "effect_type", h.Type)
 			_ = m.TermWithReason("dead_letter")
 		default:
@@ -441,10 +441,9 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 	}
 }
 
-func (q *consumerQueue) start(l *pgoutbox.Lease, m jetstream.Msg) {
+func (q *consumerQueue) start(l *handoff.Lease, m jetstream.Msg) {
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
-	tok, _ := uuid.Parse(l.LeaseToken)
-	fence := store.Fence{ID: l.ID, Token: tok, Type: l.Type}
+	fence := l.Fence
 	q.c.leases.Put(&core.Held{Fence: fence, Cancel: cancel, Kept: func() { _ = m.InProgress() }})
 	q.c.life.AddDelivery()
 	go func() {
@@ -461,7 +460,7 @@ func (q *consumerQueue) start(l *pgoutbox.Lease, m jetstream.Msg) {
 // deliver runs one delivery with the registered handler through the
 // engine's deliverer (a retry is handed back to JetStream), then settles the
 // message.
-func (q *consumerQueue) deliver(ctx context.Context, l *pgoutbox.Lease, fence store.Fence, m jetstream.Msg) {
+func (q *consumerQueue) deliver(ctx context.Context, l *handoff.Lease, fence store.Fence, m jetstream.Msg) {
 	c := q.c
 	t := c.types[l.Type] // unregistered: retried, like a worker
 	timeout := q.cfg.DeliveryTimeout

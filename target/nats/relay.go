@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 )
 
 // Defaults of RelayConfig.
@@ -249,7 +250,7 @@ func (r *Relay) loop(ctx context.Context, queue string) {
 // RelayBatch relays one batch of queue (the loops started by Start call it
 // repeatedly) and returns how many effects it claimed.
 func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
-	leases, err := pgoutbox.ClaimRelay(ctx, r.pool, queue, r.cfg.ID, r.cfg.Batch, r.cfg.Lease)
+	leases, err := handoff.ClaimRelay(ctx, r.pool, queue, r.cfg.ID, r.cfg.Batch, r.cfg.Lease)
 	if err != nil || len(leases) == 0 {
 		return 0, err
 	}
@@ -269,7 +270,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 	}
 	wait, stop := context.WithTimeout(fctx, r.cfg.PublishTimeout)
 	defer stop()
-	var handover []*pgoutbox.Lease
+	var handover []*handoff.Lease
 	for i, l := range leases {
 		if errs[i] != nil {
 			r.publishFailed(fctx, l, errs[i])
@@ -296,7 +297,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 	if r.cfg.AfterPublish != nil {
 		r.cfg.AfterPublish(len(handover))
 	}
-	done, err := pgoutbox.HandOver(fctx, r.pool, handover, r.horizon)
+	done, err := handoff.HandOver(fctx, r.pool, handover, r.horizon)
 	if err != nil {
 		// The effects stay leased by the relay; when the lease expires the
 		// sweeper makes them available and they are published again, as
@@ -311,7 +312,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 }
 
 // message builds the relayed message of l with the given message id.
-func (r *Relay) message(l *pgoutbox.Lease, msgID string) (*natsgo.Msg, error) {
+func (r *Relay) message(l *handoff.Lease, msgID string) (*natsgo.Msg, error) {
 	if err := checkSubjectTail(l.Type); err != nil {
 		return nil, pgoutbox.Permanent(err)
 	}
@@ -339,7 +340,7 @@ func (r *Relay) message(l *pgoutbox.Lease, msgID string) (*natsgo.Msg, error) {
 // key shared by two queues), the effect is published again under the
 // deterministic id "<key>~<sequence of the message it replaces>", so that a
 // relay crash during this step still cannot store it twice.
-func (r *Relay) resolveDuplicate(ctx context.Context, l *pgoutbox.Lease, ack *jetstream.PubAck) error {
+func (r *Relay) resolveDuplicate(ctx context.Context, l *handoff.Lease, ack *jetstream.PubAck) error {
 	for range 16 {
 		stored, err := r.stream.GetMsg(ctx, ack.Sequence)
 		switch {
@@ -366,11 +367,11 @@ func (r *Relay) resolveDuplicate(ctx context.Context, l *pgoutbox.Lease, ack *je
 // payload the broker can never take) dead-letters the effect; anything else
 // releases it to available after a short delay without counting a delivery
 // attempt (the broker being unreachable is not the effect's fault).
-func (r *Relay) publishFailed(ctx context.Context, l *pgoutbox.Lease, err error) {
+func (r *Relay) publishFailed(ctx context.Context, l *handoff.Lease, err error) {
 	r.m.failed.WithLabelValues(l.Queue).Inc()
 	var oe *pgoutbox.OutcomeError
 	if errors.Is(err, natsgo.ErrMaxPayload) || (errors.As(err, &oe) && oe.Outcome == pgoutbox.OutcomePermanent) {
-		if _, ferr := l.Fail(ctx, r.pool, pgoutbox.Permanent(fmt.Errorf("relay: %w", err)), true, 0); ferr != nil {
+		if ferr := l.DeadLetter(ctx, r.pool, pgoutbox.Permanent(fmt.Errorf("relay: %w", err))); ferr != nil {
 			r.log.Error("recording a failed relay", "effect_id", l.ID, "err", ferr)
 		}
 		r.log.Error("effect cannot be relayed; dead-lettered", "effect_id", l.ID, "queue", l.Queue, "effect_type", l.Type, "err", err)

@@ -1,4 +1,4 @@
-package pgoutbox_test
+package handoff_test
 
 import (
 	"errors"
@@ -6,25 +6,26 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 )
 
 // relayOne claims the single available effect of queue "q" for a relay.
-func relayOne(t *testing.T, b *bundle) *pgoutbox.Lease {
+func relayOne(t *testing.T, b *bundle) *handoff.Lease {
 	t.Helper()
-	ls, err := pgoutbox.ClaimRelay(b.ctx, b.pool, "q", "relay-1", 10, time.Minute)
+	ls, err := handoff.ClaimRelay(b.ctx, b.pool, "q", "relay-1", 10, time.Minute)
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("relay claim: %v (%d leases)", err, len(ls))
 	}
 	return ls[0]
 }
 
-func handoffOf(l *pgoutbox.Lease) pgoutbox.Handoff {
-	return pgoutbox.Handoff{ID: l.ID, Type: l.Type, Key: l.Key, RelayToken: l.LeaseToken}
+func messageOf(l *handoff.Lease) handoff.Message {
+	return handoff.Message{ID: l.ID, Type: l.Type, Key: l.Key, RelayToken: l.LeaseToken}
 }
 
-func takeOne(t *testing.T, b *bundle, h pgoutbox.Handoff, owner string) pgoutbox.TakeOverResult {
+func takeOne(t *testing.T, b *bundle, h handoff.Message, owner string) handoff.Result {
 	t.Helper()
-	res, err := pgoutbox.TakeOver(b.ctx, b.pool, []pgoutbox.Handoff{h}, owner, time.Minute)
+	res, err := handoff.TakeOver(b.ctx, b.pool, []handoff.Message{h}, owner, time.Minute)
 	if err != nil || len(res) != 1 {
 		t.Fatalf("take over: %v (%d results)", err, len(res))
 	}
@@ -51,38 +52,38 @@ func TestRelayClaimHandOverTakeOverComplete(t *testing.T) {
 	if r := b.row(t, ids[0]); r.State != "leased" || r.Attempts != 0 {
 		t.Fatalf("after relay claim: %+v", r)
 	}
-	done, err := pgoutbox.HandOver(b.ctx, b.pool, []*pgoutbox.Lease{l}, time.Hour)
+	done, err := handoff.HandOver(b.ctx, b.pool, []*handoff.Lease{l}, time.Hour)
 	if err != nil || !done[ids[0]] {
 		t.Fatalf("hand over: %v %v", err, done)
 	}
-	if o := owner(t, b, ids[0]); o != pgoutbox.HandoffOwner {
+	if o := owner(t, b, ids[0]); o != handoff.Owner {
 		t.Fatalf("owner after hand-over %q", o)
 	}
 	// The relay's token died with the hand-over.
-	if err := l.Extend(b.ctx, b.pool, time.Minute); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+	if err := extend(b, l, time.Minute); !errors.Is(err, pgoutbox.ErrLeaseLost) {
 		t.Fatalf("relay extend after hand-over: %v, want ErrLeaseLost", err)
 	}
 	// A message naming the right id but the wrong key is not this effect.
-	wrong := handoffOf(l)
+	wrong := messageOf(l)
 	wrong.Key = "other"
-	if res := takeOne(t, b, wrong, "c1"); res.Action != pgoutbox.TakeOverMissing {
+	if res := takeOne(t, b, wrong, "c1"); res.Action != handoff.Missing {
 		t.Fatalf("wrong key: %+v", res)
 	}
-	res := takeOne(t, b, handoffOf(l), "c1")
-	if res.Action != pgoutbox.TakenOver || res.Lease.Attempt != 1 || string(res.Lease.Payload) != "{}" {
+	res := takeOne(t, b, messageOf(l), "c1")
+	if res.Action != handoff.Taken || res.Lease.Attempt != 1 || string(res.Lease.Payload) != "{}" {
 		t.Fatalf("take over: %+v", res)
 	}
 	// The consumer holds a live lease: a second copy of the message waits.
-	if again := takeOne(t, b, handoffOf(l), "c2"); again.Action != pgoutbox.TakeOverBusy || again.Wait < 50*time.Second {
+	if again := takeOne(t, b, messageOf(l), "c2"); again.Action != handoff.Busy || again.Wait < 50*time.Second {
 		t.Fatalf("second take-over of a live lease: %+v", again)
 	}
-	if err := res.Lease.Complete(b.ctx, b.pool); err != nil {
+	if err := complete(b, res.Lease); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
 	if r := b.row(t, ids[0]); r.State != "completed" || r.Attempts != 1 {
 		t.Fatalf("after completion: %+v", r)
 	}
-	if again := takeOne(t, b, handoffOf(l), "c2"); again.Action != pgoutbox.TakeOverSettled || again.State != pgoutbox.StateCompleted {
+	if again := takeOne(t, b, messageOf(l), "c2"); again.Action != handoff.Settled || again.State != pgoutbox.StateCompleted {
 		t.Fatalf("redelivered after completion: %+v", again)
 	}
 }
@@ -95,12 +96,12 @@ func TestTakeOverBeforeHandOverCommits(t *testing.T) {
 	b := setup(t)
 	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: "k"})
 	l := relayOne(t, b)
-	res := takeOne(t, b, handoffOf(l), "c1")
-	if res.Action != pgoutbox.TakenOver {
+	res := takeOne(t, b, messageOf(l), "c1")
+	if res.Action != handoff.Taken {
 		t.Fatalf("take over by relay token: %+v", res)
 	}
 	before := b.rowJSON(t, ids[0])
-	done, err := pgoutbox.HandOver(b.ctx, b.pool, []*pgoutbox.Lease{l}, time.Hour)
+	done, err := handoff.HandOver(b.ctx, b.pool, []*handoff.Lease{l}, time.Hour)
 	if err != nil || done[ids[0]] {
 		t.Fatalf("late hand-over: %v %v, want nothing handed over", err, done)
 	}
@@ -109,9 +110,9 @@ func TestTakeOverBeforeHandOverCommits(t *testing.T) {
 	}
 	// Another relay's claim of the same effect (after a crash) is not
 	// accepted by token: its message names the first relay's token.
-	stale := handoffOf(l)
+	stale := messageOf(l)
 	stale.RelayToken = "00000000-0000-0000-0000-000000000001"
-	if r := takeOne(t, b, stale, "c2"); r.Action != pgoutbox.TakeOverBusy {
+	if r := takeOne(t, b, stale, "c2"); r.Action != handoff.Busy {
 		t.Fatalf("stale token on a live consumer lease: %+v", r)
 	}
 }
@@ -124,41 +125,41 @@ func TestTakeOverAfterExpiredLeaseFollowsSweeperRules(t *testing.T) {
 		pgoutbox.Effect{Queue: "q", Type: "dispatch", Key: "dispatch"},
 		pgoutbox.Effect{Queue: "q", Type: "safe", Key: "last", MaxAttempts: 1},
 	)
-	ls, err := pgoutbox.ClaimRelay(b.ctx, b.pool, "q", "relay-1", 10, time.Minute)
+	ls, err := handoff.ClaimRelay(b.ctx, b.pool, "q", "relay-1", 10, time.Minute)
 	if err != nil || len(ls) != 3 {
 		t.Fatal(err, len(ls))
 	}
-	var taken []*pgoutbox.Lease
+	var taken []*handoff.Lease
 	for _, l := range ls {
-		res := takeOne(t, b, handoffOf(l), "dead-consumer")
-		if res.Action != pgoutbox.TakenOver {
+		res := takeOne(t, b, messageOf(l), "dead-consumer")
+		if res.Action != handoff.Taken {
 			t.Fatalf("%s: %+v", l.Key, res)
 		}
 		taken = append(taken, res.Lease)
 	}
-	if err := taken[1].MarkStarted(b.ctx, b.pool); err != nil {
+	if err := markStarted(b, taken[1]); err != nil {
 		t.Fatal(err)
 	}
 	expire(t, b, ids...) // the consumer died mid-delivery
-	results, err := pgoutbox.TakeOver(b.ctx, b.pool, []pgoutbox.Handoff{handoffOf(ls[0]), handoffOf(ls[1]), handoffOf(ls[2])}, "c2", time.Minute)
+	results, err := handoff.TakeOver(b.ctx, b.pool, []handoff.Message{messageOf(ls[0]), messageOf(ls[1]), messageOf(ls[2])}, "c2", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := results[0]; r.Action != pgoutbox.TakenOver || r.Lease.Attempt != 2 {
+	if r := results[0]; r.Action != handoff.Taken || r.Lease.Attempt != 2 {
 		t.Fatalf("replay-safe after expiry: %+v", r)
 	}
-	if r := results[1]; r.Action != pgoutbox.TakeOverReconciled || r.State != pgoutbox.StateReconciliationRequired {
+	if r := results[1]; r.Action != handoff.Reconciled || r.State != pgoutbox.StateReconciliationRequired {
 		t.Fatalf("started dispatch after expiry: %+v", r)
 	}
 	if r := b.row(t, ids[1]); r.State != "reconciliation_required" || r.Started == nil || r.LastError == nil {
 		t.Fatalf("dispatch row: %+v", r)
 	}
-	if r := results[2]; r.Action != pgoutbox.TakeOverExhausted || r.State != pgoutbox.StateDeadLetter {
+	if r := results[2]; r.Action != handoff.Exhausted || r.State != pgoutbox.StateDeadLetter {
 		t.Fatalf("exhausted after expiry: %+v", r)
 	}
 	// The dead consumer's fenced writes change nothing.
 	for _, l := range taken {
-		if err := l.Complete(b.ctx, b.pool); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		if err := complete(b, l); !errors.Is(err, pgoutbox.ErrLeaseLost) {
 			t.Fatalf("the dead consumer's completion: %v, want ErrLeaseLost", err)
 		}
 	}
@@ -179,31 +180,31 @@ func TestHandBackReleaseAndAvailableTakeOver(t *testing.T) {
 		t.Fatalf("after release: %+v", r)
 	}
 	// A message for an effect that is not yet due waits.
-	if r := takeOne(t, b, handoffOf(l), "c1"); r.Action != pgoutbox.TakeOverBusy || r.Wait < 3000*time.Second {
+	if r := takeOne(t, b, messageOf(l), "c1"); r.Action != handoff.Busy || r.Wait < 3000*time.Second {
 		t.Fatalf("not yet due: %+v", r)
 	}
 	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET available_at = now() WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	res := takeOne(t, b, handoffOf(l), "c1")
-	if res.Action != pgoutbox.TakenOver || res.Lease.Attempt != 1 {
+	res := takeOne(t, b, messageOf(l), "c1")
+	if res.Action != handoff.Taken || res.Lease.Attempt != 1 {
 		t.Fatalf("take over an available effect: %+v", res)
 	}
-	if err := res.Lease.MarkStarted(b.ctx, b.pool); err != nil {
+	if err := markStarted(b, res.Lease); err != nil {
 		t.Fatal(err)
 	}
 	if err := res.Lease.HandBack(b.ctx, b.pool, time.Hour, pgoutbox.Retry(errors.New("503"))); err != nil {
 		t.Fatal(err)
 	}
 	r := b.row(t, ids[0])
-	if r.State != "leased" || r.Started != nil || r.LastError == nil || owner(t, b, ids[0]) != pgoutbox.HandoffOwner {
+	if r.State != "leased" || r.Started != nil || r.LastError == nil || owner(t, b, ids[0]) != handoff.Owner {
 		t.Fatalf("after hand-back: %+v", r)
 	}
 	if err := res.Lease.HandBack(b.ctx, b.pool, time.Hour, nil); !errors.Is(err, pgoutbox.ErrLeaseLost) {
 		t.Fatalf("second hand-back with a dead token: %v", err)
 	}
-	next := takeOne(t, b, handoffOf(l), "c2")
-	if next.Action != pgoutbox.TakenOver || next.Lease.Attempt != 2 {
+	next := takeOne(t, b, messageOf(l), "c2")
+	if next.Action != handoff.Taken || next.Lease.Attempt != 2 {
 		t.Fatalf("take over after hand-back: %+v", next)
 	}
 }
@@ -211,12 +212,38 @@ func TestHandBackReleaseAndAvailableTakeOver(t *testing.T) {
 func TestRetryHorizon(t *testing.T) {
 	t.Parallel()
 	// 8 attempts, backoff 2..256 s (+10 %), 60 s per attempt, +60 s.
-	got := pgoutbox.RetryHorizon(8, 300*time.Second, time.Minute)
+	got := handoff.RetryHorizon(8, 300*time.Second, time.Minute)
 	want := 9*time.Minute + time.Duration(510*1.1*float64(time.Second))
 	if got != want {
 		t.Fatalf("RetryHorizon = %s, want %s", got, want)
 	}
-	if capped := pgoutbox.RetryHorizon(3, time.Second, 0); capped != time.Duration(3*1.1*float64(time.Second)) {
+	if capped := handoff.RetryHorizon(3, time.Second, 0); capped != time.Duration(3*1.1*float64(time.Second)) {
 		t.Fatalf("capped horizon %s", capped)
+	}
+}
+
+// A relay dead-letters what the broker can never take, without counting a
+// delivery; the write is fenced like every other.
+func TestDeadLetterIsFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: "k"})
+	l := relayOne(t, b)
+	if err := l.DeadLetter(b.ctx, b.pool, pgoutbox.Permanent(errors.New("relay: payload too large"))); err != nil {
+		t.Fatal(err)
+	}
+	r := b.row(t, ids[0])
+	if r.State != "dead_letter" || r.Attempts != 0 || r.LastError == nil || *r.LastError != "relay: payload too large (permanent)" {
+		t.Fatalf("after dead letter: %+v (last_error %v)", r, r.LastError)
+	}
+	before := b.rowJSON(t, ids[0])
+	if err := l.DeadLetter(b.ctx, b.pool, errors.New("again")); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("second dead letter: %v, want ErrLeaseLost", err)
+	}
+	if err := l.Release(b.ctx, b.pool, 0, "again"); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+		t.Fatalf("release after dead letter: %v, want ErrLeaseLost", err)
+	}
+	if after := b.rowJSON(t, ids[0]); after != before {
+		t.Fatalf("a dead lease changed the row:\n%s\n%s", before, after)
 	}
 }
