@@ -102,6 +102,9 @@ func (c *Client) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.registerOrdering(ctx); err != nil {
+		return err
+	}
 	c.started = true
 
 	runCtx, runCancel := context.WithCancel(context.Background())

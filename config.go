@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // Defaults of Config and QueueConfig. Each is used when the field is zero.
@@ -93,6 +95,16 @@ type EffectType struct {
 	// Timeout overrides the queue's DeliveryTimeout for this type; it must be
 	// below the lease duration.
 	Timeout time.Duration
+	// OrderingMovesOn chooses what a dead letter of this type does to the
+	// later effects of its ordering key (Effect.OrderingKey): false (the
+	// default, strict) holds them back until the dead letter is replayed
+	// and delivered (or deleted); true lets the key move on, and the dead
+	// letter, if replayed, is delivered after the effects that overtook it.
+	// A Client with queues records its types' choice in the database
+	// (pgoutbox.ordering_types) when it starts; every claimer, and the
+	// operator commands, read it from there. Clients that register one type
+	// with different choices overwrite each other: give it one.
+	OrderingMovesOn bool
 }
 
 // QueueConfig sizes one queue's worker pool.
@@ -265,6 +277,23 @@ func (c Config) withDefaults() (Config, error) {
 		seen[t.Name] = true
 	}
 	return c, nil
+}
+
+// registerOrdering records, when the client has queues, each registered
+// type's dead-letter choice for ordered keys (EffectType.OrderingMovesOn) in
+// pgoutbox.ordering_types; rows already right are not written.
+func (c *Client) registerOrdering(ctx context.Context) error {
+	if len(c.queues) == 0 || len(c.cfg.Types) == 0 {
+		return nil
+	}
+	names, moveOn := make([]string, len(c.cfg.Types)), make([]bool, len(c.cfg.Types))
+	for i, t := range c.cfg.Types {
+		names[i], moveOn[i] = t.Name, t.OrderingMovesOn
+	}
+	if err := store.SetOrderingTypes(ctx, c.pool, names, moveOn); err != nil {
+		return fmt.Errorf("pgoutbox: record the effect types' ordering choices: %w", err)
+	}
+	return nil
 }
 
 // Backoff is the delay before retry number attempt+1: 2^attempt seconds
