@@ -279,18 +279,30 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// registerOrdering records, when the client has queues, each registered
-// type's dead-letter choice for ordered keys (EffectType.OrderingMovesOn) in
-// pgoutbox.ordering_types; rows already right are not written.
+// registerOrdering records, when the client has queues, its registered
+// types' ordering choices (RegisterOrdering).
 func (c *Client) registerOrdering(ctx context.Context) error {
-	if len(c.queues) == 0 || len(c.cfg.Types) == 0 {
+	if len(c.queues) == 0 {
 		return nil
 	}
-	names, moveOn := make([]string, len(c.cfg.Types)), make([]bool, len(c.cfg.Types))
-	for i, t := range c.cfg.Types {
+	return RegisterOrdering(ctx, c.pool, c.cfg.Types)
+}
+
+// RegisterOrdering records in the database each type's dead-letter choice
+// for ordered keys (EffectType.OrderingMovesOn), in
+// pgoutbox.ordering_types, which every claim reads; rows already right are
+// not written. A Client with queues calls it when it starts; a program that
+// claims through ClaimLeases or ClaimRelay calls it itself (a type never
+// registered is strict).
+func RegisterOrdering(ctx context.Context, db DB, types []EffectType) error {
+	if len(types) == 0 {
+		return nil
+	}
+	names, moveOn := make([]string, len(types)), make([]bool, len(types))
+	for i, t := range types {
 		names[i], moveOn[i] = t.Name, t.OrderingMovesOn
 	}
-	if err := store.SetOrderingTypes(ctx, c.pool, names, moveOn); err != nil {
+	if err := store.SetOrderingTypes(ctx, db, names, moveOn); err != nil {
 		return fmt.Errorf("pgoutbox: record the effect types' ordering choices: %w", err)
 	}
 	return nil
