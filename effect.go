@@ -61,12 +61,13 @@ type Effect struct {
 	// queue that share the key: they are delivered one at a time, in the
 	// order their enqueuing transactions committed (docs/design.md,
 	// "Per-key ordering"). The enqueue takes a lock on (Queue,
-	// OrderingKey) that it holds until tx ends, so transactions enqueuing
-	// to one key run their commits one after the other; enqueue the keys
-	// of one transaction in one batch, or always in one order, or two
-	// transactions may deadlock (PostgreSQL then aborts one). At most 512
-	// bytes, not only white space. Empty means none: the effect is not held
-	// back by any other.
+	// OrderingKey) (one of 256 stripes per queue) that it holds until tx
+	// ends, so transactions enqueuing to one key commit one after the
+	// other; enqueue a transaction's ordered effects in one batch, or two
+	// transactions enqueuing in several statements may deadlock
+	// (PostgreSQL then aborts one with 40P01: retry it). At most 512 bytes,
+	// not only white space. Empty means none: the effect is not held back
+	// by any other.
 	OrderingKey string
 }
 

@@ -6,10 +6,11 @@
 --   * effects.ordering_key: NULL (the default: no ordering) or 1-512 bytes.
 --     It cannot be changed once written (like the queue and the key).
 --   * The enqueue (Go's store.Insert, pgoutbox.enqueue_rows) takes a
---     transaction-level advisory lock on (queue, ordering key) before it
---     draws the effect's id: two transactions enqueuing to one key wait for
---     each other, so the key's ids follow the commit order of their
---     transactions. Effects without a key take no lock.
+--     transaction-level advisory lock on (queue, ordering key) (one of 256
+--     stripes per queue: ordering_lock) before it draws the effect's id:
+--     two transactions enqueuing to one key wait for each other, so the
+--     key's ids follow the commit order of their transactions. Effects
+--     without a key take no lock.
 --   * The claim skips an effect while an earlier effect (lower id) of its
 --     queue and key is not terminal: available (due, retrying or
 --     scheduled), leased, reconciliation_required, or dead_letter unless
@@ -55,20 +56,24 @@ COMMENT ON TABLE pgoutbox.ordering_types IS
     'Per effect type: does a dead letter let its ordering key move on (true) or block it until replayed (false, the default when absent)? Written by pgoutbox Clients at start from EffectType.OrderingMovesOn.';
 
 -- ordering_lock takes, in one canonical order, the transaction-level
--- advisory lock of every distinct (queue, ordering key) among the arrays'
--- pairs whose key is not NULL. The lock's number is a 64-bit hash; two
--- pairs that collide only wait for each other.
+-- advisory locks of the (queue, ordering key) pairs among the arrays whose
+-- key is not NULL. A key's lock is one of 256 stripes of its queue
+-- (classid: a hash of the queue; objid: a hash of the key, modulo 256), so
+-- a transaction holds at most 256 ordering locks per queue however many
+-- keys it enqueues: one lock per key overflowed the server's lock table
+-- (max_locks_per_transaction) for a batch of 20,000 keys. Keys that share
+-- a stripe only wait for each other.
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.ordering_lock(p_queues text[], p_ordering_keys text[]) RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT count(pg_advisory_xact_lock(s.h))
+    SELECT count(pg_advisory_xact_lock(s.q, s.stripe))
     FROM (
-        SELECT DISTINCT hashtextextended(t.k, hashtextextended(t.q, 0)) AS h
+        SELECT DISTINCT hashtext('pgoutbox.ordering:' || t.q) AS q, (hashtextextended(t.k, 0) & 255)::integer AS stripe
         FROM unnest(p_queues, p_ordering_keys) AS t(q, k)
         WHERE t.k IS NOT NULL
-        ORDER BY 1
+        ORDER BY 1, 2
     ) s;
     SELECT NULL::void;
 $$;

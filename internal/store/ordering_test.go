@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -277,5 +278,37 @@ func TestOrderingKeyImmutable(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE pgoutbox.effects SET ordering_key = 'other' WHERE id = $1`, ins[0].ID)
 	if v, ok := MapError(err).(*Violation); !ok || v.Constraint != "effects_ordering_key_immutable" {
 		t.Fatalf("changing the ordering key: %v, want effects_ordering_key_immutable", err)
+	}
+}
+
+// One transaction may enqueue any number of ordering keys: the ordering
+// locks are stripes (at most 256 per queue), not one lock per key, which
+// overflowed the server's lock table ("out of shared memory") at 20,000
+// keys.
+func TestOrderedEnqueueManyKeysInOneTransaction(t *testing.T) {
+	t.Parallel()
+	pool, ctx := orderedPool(t)
+	effects := make([]NewEffect, 20_000)
+	for i := range effects {
+		effects[i] = NewEffect{Queue: "q", Type: "t", Key: fmt.Sprint(i), Payload: []byte(`{}`), MaxAttempts: 8,
+			OrderingKey: fmt.Sprint("k", i)}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := Insert(ctx, tx, effects); err != nil {
+		t.Fatal(err)
+	}
+	var locks int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND pid = pg_backend_pid()`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks > 256 {
+		t.Fatalf("%d ordering locks held for 20,000 keys of one queue, want at most 256", locks)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -138,7 +138,8 @@ RETURNING id, queue, idempotency_key`
 
 // orderingLockSQL takes the ordering locks of a batch (migration 00013's
 // pgoutbox.ordering_lock): one transaction-level advisory lock per distinct
-// (queue, ordering key), in one canonical order. Insert runs it before the
+// (queue, stripe of the ordering key; 256 stripes per queue), in one
+// canonical order. Insert runs it before the
 // insert statement draws any id, so a transaction enqueuing to a key waits
 // until every other transaction that enqueued to it has ended: the ids of
 // one key's effects are in the commit order of their transactions. $1
