@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -32,19 +32,10 @@ type Client struct {
 	queues map[string]*queueWorker
 	subs   subscribers
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-
-	runCancel   context.CancelFunc      // producers, listener, maintenance
-	workCancel  context.CancelCauseFunc // every delivery's context (hard stop)
-	extCancel   context.CancelFunc      // the lease extender
-	runWG       sync.WaitGroup          // producers, listener, maintenance
-	extWG       sync.WaitGroup          // extender
-	deliveries  sync.WaitGroup          // in-flight deliveries
-	completions chan completeReq        // to the group committer
-	complWG     sync.WaitGroup          // group committers
-	workCtx     context.Context         // parent of deliveries
+	life   *core.Lifecycle // start, stop with grace, stop twice
+	leases core.Leases     // in-flight durable leases, for the extender
+	ext    core.Extender   // extends leases
+	commit *core.Committer // group-commits completions; set by Start
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.
@@ -63,7 +54,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		m:      newMetrics(cfg.Registerer),
 		types:  make(map[string]EffectType, len(cfg.Types)),
 		queues: make(map[string]*queueWorker, len(cfg.Queues)),
+		life:   core.NewLifecycle("pgoutbox: client"),
 	}
+	c.ext = core.Extender{DB: pool, Leases: &c.leases, Lease: cfg.LeaseDuration, LostCause: ErrLeaseLost, Log: c.log}
 	for _, t := range cfg.Types {
 		if t.TxHandler != nil {
 			t.ReplaySafe = true // its writes commit with its completion or not at all
@@ -87,52 +80,48 @@ func (c *Client) ID() string { return c.cfg.ID }
 // Config.SessionURL the claim loops poll instead of listening, which Start
 // logs once at WARN. Start fails when Config.SessionURL is not a session.
 func (c *Client) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("pgoutbox: client already started")
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var listenCfg *pgx.ConnConfig
-	if len(c.queues) > 0 {
-		var err error
-		if listenCfg, err = c.checkPooler(ctx); err != nil {
+	return c.life.Start(func() error {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-	}
-	if err := c.registerOrdering(ctx); err != nil {
-		return err
-	}
-	c.started = true
-
-	runCtx, runCancel := context.WithCancel(context.Background())
-	workCtx, workCancel := context.WithCancelCause(context.Background())
-	extCtx, extCancel := context.WithCancel(context.Background())
-	c.runCancel, c.workCancel, c.extCancel, c.workCtx = runCancel, workCancel, extCancel, workCtx
-
-	c.completions = make(chan completeReq, c.cfg.CompletionBatch)
-	for range 2 {
-		c.complWG.Add(1)
-		go c.groupCommit()
-	}
-	if len(c.queues) > 0 {
-		c.extWG.Add(1)
-		go c.extendLoop(extCtx)
-		if listenCfg != nil {
-			c.runWG.Add(1)
-			go c.listen(runCtx, listenCfg)
+		var listenCfg *pgx.ConnConfig
+		if len(c.queues) > 0 {
+			var err error
+			if listenCfg, err = c.checkPooler(ctx); err != nil {
+				return err
+			}
 		}
-	}
-	for _, q := range c.queues {
-		c.runWG.Add(1)
-		go q.run(runCtx)
-	}
-	c.runWG.Add(1)
-	go c.maintain(runCtx)
-	c.log.Info("pgoutbox client started", "id", c.cfg.ID, "queues", len(c.queues))
-	return nil
+		if err := c.registerOrdering(ctx); err != nil {
+			return err
+		}
+		c.commit = core.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
+		if len(c.queues) > 0 {
+			c.life.Service(func(ctx context.Context) { c.ext.Run(ctx, c.cfg.LeaseDuration/3) })
+		}
+		c.life.OnStop(c.commit.Close)
+		if listenCfg != nil {
+			l := &core.Listener{
+				Config: listenCfg, RetryMax: listenRetryMax, Log: c.log,
+				Wake: func(queue string) {
+					if q, ok := c.queues[queue]; ok {
+						signal(q.wake)
+					}
+				},
+				WakeAll: func() {
+					for _, q := range c.queues {
+						signal(q.wake)
+					}
+				},
+			}
+			c.life.Go(l.Run)
+		}
+		for _, q := range c.queues {
+			c.life.Go(q.run)
+		}
+		c.life.Go(c.maintain)
+		c.log.Info("pgoutbox client started", "id", c.cfg.ID, "queues", len(c.queues))
+		return nil
+	})
 }
 
 // Stop stops claiming, lets in-flight deliveries finish until ctx ends, then
@@ -141,40 +130,20 @@ func (c *Client) Start(ctx context.Context) error {
 // to reconciliation_required. Stop returns when every goroutine has exited.
 // Handlers must honour their context.
 func (c *Client) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.mu.Unlock()
-		return nil
+	ran, err := c.life.Stop(ctx, errShutdown)
+	if err != nil {
+		err = fmt.Errorf("pgoutbox: stop deadline passed, in-flight deliveries were interrupted: %w", err)
 	}
-	c.stopped = true
-	c.mu.Unlock()
-
-	c.runCancel()
-	c.runWG.Wait()
-
-	done := make(chan struct{})
-	go func() { c.deliveries.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		c.workCancel(errShutdown)
-		<-done
-		err = fmt.Errorf("pgoutbox: stop deadline passed, in-flight deliveries were interrupted: %w", ctx.Err())
+	if ran {
+		c.log.Info("pgoutbox client stopped", "id", c.cfg.ID)
 	}
-	c.workCancel(nil)
-	c.extCancel()
-	c.extWG.Wait()
-	close(c.completions)
-	c.complWG.Wait()
-	c.log.Info("pgoutbox client stopped", "id", c.cfg.ID)
 	return err
 }
 
 // finishCtx is the context of a delivery's final write: it survives the
 // delivery's own cancellation but is still bounded.
 func finishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	return core.FinishCtx(ctx)
 }
 
 // Sweep recovers expired leases once (the maintenance loop does this every
@@ -228,7 +197,6 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 }
 
 func (c *Client) maintain(ctx context.Context) {
-	defer c.runWG.Done()
 	tick := func(d time.Duration) <-chan time.Time {
 		if d < 0 {
 			return nil
@@ -252,95 +220,7 @@ func (c *Client) maintain(ctx context.Context) {
 	}
 }
 
-// extendLoop extends every in-flight lease in one statement per LeaseDuration/3,
-// and cancels deliveries whose lease was lost.
-func (c *Client) extendLoop(ctx context.Context) {
-	defer c.extWG.Done()
-	t := time.NewTicker(c.cfg.LeaseDuration / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.ExtendLeases(ctx)
-		}
-	}
-}
-
-// ExtendLeases extends the leases of every in-flight delivery now (the
+// extendLeases extends the leases of every in-flight delivery now (the
 // extender does this every LeaseDuration/3) and cancels, with cause
 // ErrLeaseLost, the deliveries whose lease was lost.
-func (c *Client) ExtendLeases(ctx context.Context) {
-	var fences []store.Fence
-	var holders []*held
-	for _, q := range c.queues {
-		q.mu.Lock()
-		for _, h := range q.held {
-			fences = append(fences, h.fence)
-			holders = append(holders, h)
-		}
-		q.mu.Unlock()
-	}
-	if len(fences) == 0 {
-		return
-	}
-	kept, err := store.Extend(ctx, c.pool, fences, c.cfg.LeaseDuration)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Error("lease extension failed", "err", err, "leases", len(fences))
-		}
-		return
-	}
-	for _, h := range holders {
-		if !kept[h.fence.ID] {
-			h.cancel(ErrLeaseLost)
-		}
-	}
-}
-
-// completeReq asks the group committer to complete one effect.
-type completeReq struct {
-	fence store.Fence
-	done  chan completeRes
-}
-
-type completeRes struct {
-	lag time.Duration
-	ok  bool
-	err error
-}
-
-// groupCommit completes many fenced effects in one statement: it takes one
-// request, then whatever else is already queued, up to CompletionBatch.
-func (c *Client) groupCommit() {
-	defer c.complWG.Done()
-	batch := make([]completeReq, 0, c.cfg.CompletionBatch)
-	fences := make([]store.Fence, 0, c.cfg.CompletionBatch)
-	for req := range c.completions {
-		batch = append(batch[:0], req)
-	drain:
-		for len(batch) < c.cfg.CompletionBatch {
-			select {
-			case r, ok := <-c.completions:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		fences = fences[:0]
-		for _, r := range batch {
-			fences = append(fences, r.fence)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		done, err := store.Complete(ctx, c.pool, fences)
-		cancel()
-		for _, r := range batch {
-			lag, ok := done[r.fence.ID]
-			r.done <- completeRes{lag: lag, ok: ok, err: err}
-		}
-	}
-}
+func (c *Client) extendLeases(ctx context.Context) { c.ext.ExtendNow(ctx) }

@@ -52,15 +52,6 @@ const (
 	// RetryAfterCap, or to BackoffCap when that is larger, so one bad header
 	// cannot park an effect for years.
 	RetryAfterCap = time.Hour
-	// ActivePollInterval is how often a claim loop polls while its queue is
-	// active (for ActiveTail after a wake-up or a non-empty claim): the
-	// insert trigger folds the notifications of one queue into at most one
-	// per 10 ms, so a producer that skipped notifying is picked up by these
-	// polls.
-	ActivePollInterval = 5 * time.Millisecond
-	// ActiveTail is how long a queue stays active after a wake-up or a
-	// non-empty claim.
-	ActiveTail = 250 * time.Millisecond
 )
 
 // Handler delivers one effect to the outside world. Its error is the outcome:
@@ -92,8 +83,9 @@ type EffectType struct {
 	Handler Handler
 	// TxHandler runs an internal job inside its completion transaction.
 	TxHandler TxHandler
-	// Timeout overrides the queue's DeliveryTimeout for this type; it must be
-	// below the lease duration.
+	// Timeout bounds one delivery of this type, overriding the queue's
+	// DeliveryTimeout; it must be below Config.LeaseDuration. Default zero:
+	// the queue's DeliveryTimeout.
 	Timeout time.Duration
 	// OrderingMovesOn chooses what a dead letter of this type does to the
 	// later effects of its ordering key (Effect.OrderingKey): false (the
@@ -142,10 +134,14 @@ type QueueConfig struct {
 type Config struct {
 	// ID names this worker in lease_owner; default "<hostname>-<pid>-<random>".
 	ID string
-	// Queues to work, by name. A Client with no queues only enqueues and runs
-	// maintenance.
+	// Queues are the queues this client claims from, by name, each with its
+	// worker pool. Default none: a Client with no queues delivers nothing
+	// and only runs maintenance (sweeper and pruning).
 	Queues map[string]QueueConfig
-	// Types are the registered effect types.
+	// Types are the effect types this client delivers, each with its
+	// handler; a name may appear once. Default none. An effect whose type
+	// is not registered here but is claimed from one of Queues fails like
+	// a retry, and is dead-lettered when its attempts run out.
 	Types []EffectType
 	// Logger receives structured logs. Default: the records at WARN and
 	// above (failed claims, an unreachable database, failed deliveries, a
@@ -153,18 +149,27 @@ type Config struct {
 	// when NewClient runs; to discard everything, pass
 	// slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
-	// Registerer receives the client's metrics; nil registers none.
+	// Registerer receives the client's Prometheus metrics
+	// (docs/operations.md). Default nil: no metrics are registered.
 	Registerer prometheus.Registerer
-	// LeaseDuration default LeaseDurationDefault (60 s).
+	// LeaseDuration is how long a claim is owned before a sweeper may
+	// recover it; the client extends the leases of running deliveries every
+	// LeaseDuration/3. At least 1 s; default LeaseDurationDefault (60 s).
 	LeaseDuration time.Duration
-	// PollInterval default PollIntervalDefault (1 s).
+	// PollInterval is how often an idle claim loop polls when no NOTIFY
+	// arrives (a fallback: inserts notify). Default PollIntervalDefault
+	// (1 s).
 	PollInterval time.Duration
-	// SweepInterval default SweepIntervalDefault (5 s); negative disables the
-	// sweeper in this client.
+	// SweepInterval is how often this client recovers expired leases.
+	// Default SweepIntervalDefault (5 s); negative disables the sweeper in
+	// this client (another client, or Client.Sweep, must then sweep).
 	SweepInterval time.Duration
-	// SweepBatch default SweepBatchDefault (1000).
+	// SweepBatch is the most expired leases one sweep statement recovers.
+	// Default SweepBatchDefault (1000).
 	SweepBatch int
-	// CompletedRetention default CompletedRetentionDefault (24 h).
+	// CompletedRetention is how long a completed effect is kept before
+	// pruning deletes it; dead_letter and reconciliation_required effects
+	// are never pruned. Default CompletedRetentionDefault (24 h).
 	CompletedRetention time.Duration
 	// KeyRetention default KeyRetentionDefault (7 days), or
 	// CompletedRetention when that is longer: how long after its first
@@ -172,16 +177,22 @@ type Config struct {
 	// still exists; it must not be shorter than CompletedRetention. Pruned
 	// with the completed effects (PruneInterval).
 	KeyRetention time.Duration
-	// PruneInterval default PruneIntervalDefault (1 min); negative disables
+	// PruneInterval is how often this client prunes completed effects and
+	// expired keys. Default PruneIntervalDefault (1 min); negative disables
 	// pruning in this client.
 	PruneInterval time.Duration
-	// PruneBatch default PruneBatchDefault (1000).
+	// PruneBatch is the most rows one prune statement deletes. Default
+	// PruneBatchDefault (1000).
 	PruneBatch int
-	// CompletionBatch default CompletionBatchDefault (1000).
+	// CompletionBatch is the most completions the group committer writes
+	// in one statement. Default CompletionBatchDefault (1000).
 	CompletionBatch int
-	// BackoffCap default BackoffCapDefault (300 s).
+	// BackoffCap caps the retry backoff (2^attempt s ±10 %, the cap
+	// applied after the jitter). Default BackoffCapDefault (300 s).
 	BackoffCap time.Duration
-	// DisableListen turns LISTEN/NOTIFY off (polling only).
+	// DisableListen turns LISTEN/NOTIFY off: the claim loops poll every
+	// PollInterval. Default false: the client listens on the channel
+	// pgoutbox_effects, on which an enqueue announces its queue.
 	DisableListen bool
 	// SessionURL is a connection string to the same database on which a
 	// connection is a session of its own: PostgreSQL directly, or a pooler
@@ -308,10 +319,11 @@ func RegisterOrdering(ctx context.Context, db DB, types []EffectType) error {
 	return nil
 }
 
-// Backoff is the delay before retry number attempt+1: 2^attempt seconds
-// with ±10 % jitter, capped at limit. The cap applies after the jitter, so
-// no wait exceeds limit; at the cap the waits spread over [0.9, 1] × limit.
-func Backoff(attempt int, limit time.Duration) time.Duration {
+// retryBackoff is the delay before retry number attempt+1: 2^attempt
+// seconds with ±10 % jitter, capped at limit. The cap applies after the
+// jitter, so no wait exceeds limit; at the cap the waits spread over
+// [0.9, 1] × limit.
+func retryBackoff(attempt int, limit time.Duration) time.Duration {
 	base := math.Min(math.Pow(2, float64(attempt))*float64(time.Second), float64(limit))
 	jitter := 1 + (rand.Float64()*0.2 - 0.1)
 	return time.Duration(math.Min(base*jitter, float64(limit)))

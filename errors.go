@@ -22,7 +22,9 @@ var ErrInvalidEffect = errors.New("pgoutbox: invalid effect")
 
 // PayloadTooLargeError reports a payload over MaxPayloadBytes.
 type PayloadTooLargeError struct {
-	Size  int // encoded JSON size in bytes
+	// Size is the payload's encoded JSON size in bytes.
+	Size int
+	// Limit is MaxPayloadBytes.
 	Limit int
 }
 
@@ -36,6 +38,7 @@ func (e *PayloadTooLargeError) Is(target error) bool { return target == ErrPaylo
 // CredentialKeyError reports a payload key that looks like a credential. Path
 // names the key (e.g. "$.auth.token"), never its value.
 type CredentialKeyError struct {
+	// Path is the key's JSON path, e.g. "$.auth.token".
 	Path string
 }
 
@@ -48,7 +51,9 @@ func (e *CredentialKeyError) Is(target error) bool { return target == ErrCredent
 
 // InvalidEffectError names the Effect field that failed validation.
 type InvalidEffectError struct {
-	Field  string
+	// Field is the Effect field (or "tx"), e.g. "Queue" or "Delay".
+	Field string
+	// Reason says what is wrong with it, e.g. "must be 1-128 characters".
 	Reason string
 }
 
@@ -84,9 +89,12 @@ const (
 // OutcomeError carries a handler's classification of a failure. Build it
 // with Retry, RetryAfter, Permanent or Ambiguous.
 type OutcomeError struct {
+	// Outcome is the classification.
 	Outcome Outcome
-	After   time.Duration // for OutcomeRetryAfter
-	Err     error
+	// After is the delay asked for with RetryAfter; zero for the others.
+	After time.Duration
+	// Err is the handler's error, recorded as the effect's last_error.
+	Err error
 }
 
 func (e *OutcomeError) Error() string {

@@ -6,16 +6,22 @@ import "sync"
 // was written to the database (or, for OutcomeLeaseLost, after the write
 // matched no row).
 type Event struct {
+	// EffectID is the effect's id (what Enqueue returned).
 	EffectID int64
-	Queue    string
-	Type     string
-	Attempt  int
-	Outcome  Outcome
-	// State is the effect's state after the outcome ("completed",
-	// "available", "dead_letter", "reconciliation_required"); empty when the
-	// lease was lost or the write failed.
-	State string
-	// Err is the handler's error text, if any.
+	// Queue is the effect's queue.
+	Queue string
+	// Type is the effect's type.
+	Type string
+	// Attempt is the delivery's attempt number (Delivery.Attempt, from 1).
+	Attempt int
+	// Outcome is how the delivery ended.
+	Outcome Outcome
+	// State is the effect's state after the outcome: StateCompleted,
+	// StateAvailable (a retry), StateDeadLetter or
+	// StateReconciliationRequired; empty when the lease was lost or the
+	// write failed.
+	State State
+	// Err is the handler's error text; empty on success.
 	Err string
 }
 

@@ -8,24 +8,30 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// DB is what the manual lease API runs on: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx.
-type DB = store.DBTX
-
 // State is an effect's state (docs/design.md, "States").
 type State string
 
 // Effect states.
 const (
-	StateAvailable              State = "available"
-	StateLeased                 State = "leased"
-	StateCompleted              State = "completed"
-	StateDeadLetter             State = "dead_letter"
+	// StateAvailable: waiting to be claimed, now or at its available_at
+	// (a new effect, or one retrying after a backoff).
+	StateAvailable State = "available"
+	// StateLeased: claimed by a worker (or handed to a broker) under a
+	// lease that a sweeper recovers once it expires.
+	StateLeased State = "leased"
+	// StateCompleted: delivered; pruned after Config.CompletedRetention.
+	StateCompleted State = "completed"
+	// StateDeadLetter: failed permanently or ran out of attempts; kept until
+	// an operator replays it (pgoutbox dlq).
+	StateDeadLetter State = "dead_letter"
+	// StateReconciliationRequired: a delivery of a type that is not
+	// replay-safe started and its outcome is unknown; kept until an
+	// operator calls Resolve.
 	StateReconciliationRequired State = "reconciliation_required"
 )
 
 // Lease is an effect claimed through the manual API (ClaimLeases), for
-// callers that deliver outside a Client: relays, consumers, tests. Every
+// callers that deliver outside a Client (the projection's projector, tests). Every
 // method is fenced by the effect id, the lease token and the effect type; a
 // lease that was recovered returns ErrLeaseLost and changes nothing.
 type Lease struct {
@@ -40,18 +46,19 @@ func ClaimLeases(ctx context.Context, db DB, queue, owner string, limit int, lea
 	if err != nil {
 		return nil, fmt.Errorf("pgoutbox: claim: %w", err)
 	}
+	return leasesOf(claimed), nil
+}
+
+func leasesOf(claimed []store.Claimed) []*Lease {
 	out := make([]*Lease, len(claimed))
 	for i, cl := range claimed {
-		out[i] = &Lease{
-			Delivery: Delivery{
-				ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
-				Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
-				LeaseToken: cl.Token.String(),
-			},
-			fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
-		}
+		out[i] = newLease(cl)
 	}
-	return out, nil
+	return out
+}
+
+func newLease(cl store.Claimed) *Lease {
+	return &Lease{Delivery: *newDelivery(cl), fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}}
 }
 
 func leaseLost(op string, id int64) error {
@@ -116,7 +123,7 @@ func (l *Lease) Extend(ctx context.Context, db DB, d time.Duration) error {
 // or reconciliation for an ambiguous non-replay-safe effect.
 func failRoute(herr error, replaySafe bool, attempt int, backoffCap time.Duration) (store.FailKind, time.Duration) {
 	outcome, after := classify(herr, replaySafe)
-	kind, delay := store.FailRetry, Backoff(attempt, backoffCap)
+	kind, delay := store.FailRetry, retryBackoff(attempt, backoffCap)
 	switch outcome {
 	case OutcomeRetryAfter:
 		delay = max(delay, min(after, max(RetryAfterCap, backoffCap)))

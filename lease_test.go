@@ -245,7 +245,7 @@ func TestLeaseExtensionKeepsLongDeliveriesAndCancelsLostOnes(t *testing.T) {
 	if err != nil || len(thief) != 1 || thief[0].ID != ids[1] {
 		t.Fatalf("steal: %v %v", thief, err)
 	}
-	c.ExtendLeases(b.ctx)
+	c.ExtendLeasesNow(b.ctx)
 	var left float64
 	if err := b.pool.QueryRow(b.ctx, `SELECT extract(epoch FROM lease_expires_at - now()) FROM pgoutbox.effects WHERE id = $1`, ids[0]).Scan(&left); err != nil {
 		t.Fatal(err)
@@ -340,7 +340,7 @@ func TestSlowJobStallsNoOtherLease(t *testing.T) {
 	before := expiry(ids[0])
 	// Bounded so that a regression fails here instead of hanging the test.
 	ectx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	c.ExtendLeases(ectx)
+	c.ExtendLeasesNow(ectx)
 	cancel()
 	if after := expiry(ids[0]); !after.After(before) {
 		t.Fatalf("the other lease was not extended (%s → %s): the extension waited for the job's transaction", before, after)

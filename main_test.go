@@ -30,9 +30,8 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool, dsn := pgtest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
+	db := pgtest.NewBundle(t, 90*time.Second)
+	pool, dsn, ctx := db.Pool, db.DSN, db.Ctx
 	return &bundle{pool: pool, dsn: dsn, ctx: ctx}
 }
 
@@ -76,11 +75,7 @@ func (b *bundle) enqueue(t *testing.T, effects ...pgoutbox.Effect) []int64 {
 
 func (b *bundle) scalar(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar(t, b.ctx, b.pool, sql, args...)
 }
 
 func (b *bundle) count(t *testing.T) int64 {
@@ -140,7 +135,7 @@ func watch(t *testing.T, c *pgoutbox.Client) *watcher {
 func (b *bundle) waitEvent(t *testing.T, w *watcher, id int64, state string) pgoutbox.Event {
 	t.Helper()
 	for {
-		if e, ok := w.seen[[2]any{id, state}]; ok {
+		if e, ok := w.seen[[2]any{id, pgoutbox.State(state)}]; ok {
 			return e
 		}
 		select {
@@ -156,13 +151,5 @@ func (b *bundle) waitEvent(t *testing.T, w *watcher, id int64, state string) pgo
 // other processes, which cannot send events); it fails at the deadline.
 func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-b.ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	pgtest.WaitFor(t, b.ctx, what, cond)
 }

@@ -15,23 +15,33 @@ import (
 // retried with a capped exponential backoff, logged once per outage, and the
 // listener's reconnect wakes the loop at once when the database is back.
 
-// Claim-failure backoff.
+// Claim-loop timing. These are fixed, not configuration.
 const (
-	// ClaimRetryInitial is how long a claim loop waits after a claim fails
+	// activePollInterval is how often a claim loop polls while its queue is
+	// active (for activeTail after a wake-up or a non-empty claim): the
+	// insert trigger folds the notifications of one queue into at most one
+	// per 10 ms, so a producer that skipped notifying is picked up by these
+	// polls.
+	activePollInterval = 5 * time.Millisecond
+	// activeTail is how long a queue stays active after a wake-up or a
+	// non-empty claim.
+	activeTail = 250 * time.Millisecond
+
+	// claimRetryInitial is how long a claim loop waits after a claim fails
 	// (the database unreachable, a restart); each further consecutive
-	// failure doubles the wait, up to ClaimRetryMax.
-	ClaimRetryInitial = 100 * time.Millisecond
-	// ClaimRetryMax caps the wait between failed claims. The listener,
-	// which retries its connection every ListenRetryMax at most, wakes every
+	// failure doubles the wait, up to claimRetryMax.
+	claimRetryInitial = 100 * time.Millisecond
+	// claimRetryMax caps the wait between failed claims. The listener,
+	// which retries its connection every listenRetryMax at most, wakes every
 	// claim loop as soon as it reconnects, so claims resume within
-	// ListenRetryMax of the database answering again (within ClaimRetryMax
+	// listenRetryMax of the database answering again (within claimRetryMax
 	// without a listener).
-	ClaimRetryMax = time.Second
-	// ListenRetryMax caps the wait between the listener's reconnection
+	claimRetryMax = time.Second
+	// listenRetryMax caps the wait between the listener's reconnection
 	// attempts (from 100 ms, doubling). It is short because the listener is
 	// what tells the claim loops that the database is back; an attempt
 	// is one connection, and a failed one is logged only at DEBUG.
-	ListenRetryMax = 250 * time.Millisecond
+	listenRetryMax = 250 * time.Millisecond
 )
 
 // dueSlack delays a wake-up at a due time a little, so that the claim runs
@@ -57,7 +67,7 @@ func (q *queueWorker) noteDue(d time.Duration) {
 
 // scheduleDue asks the database when the queue's next not-yet-claimable
 // effect falls due, after a claim that found fewer effects than it asked for
-// when the loop is about to idle for longer than ActivePollInterval. A failure is ignored: the poll covers it, and
+// when the loop is about to idle for longer than activePollInterval. A failure is ignored: the poll covers it, and
 // the next claim reports an outage.
 func (q *queueWorker) scheduleDue(ctx context.Context) {
 	if d, ok, err := store.NextDue(ctx, q.c.pool, q.name); err == nil && ok {
@@ -109,11 +119,11 @@ type claimRetry struct {
 // reports false when ctx ended.
 func (q *queueWorker) claimFailed(ctx context.Context, err error, r *claimRetry) bool {
 	if r.failures == 0 {
-		r.since, r.next = time.Now(), ClaimRetryInitial
+		r.since, r.next = time.Now(), claimRetryInitial
 		q.c.log.Error("claim failed; retrying with backoff (logged once until a claim succeeds)",
 			"queue", q.name, "err", err, "retry_in", r.next)
 	} else {
-		r.next = min(2*r.next, ClaimRetryMax)
+		r.next = min(2*r.next, claimRetryMax)
 		q.c.log.Debug("claim failed again", "queue", q.name, "err", err,
 			"failures", r.failures+1, "retry_in", r.next)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -107,7 +108,7 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		closed:  make(chan struct{}),
 	}
 	q.openBatches.Add(1)
-	q.c.deliveries.Add(1) // the batch itself: Stop waits for its close
+	q.c.life.AddDelivery() // the batch itself: Stop waits for its close
 	q.inflight.Add(int64(len(claimed)))
 	b.mu.Lock()
 	for _, cl := range claimed {
@@ -119,11 +120,11 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		}
 		q.c.m.claimed.WithLabelValues(q.name).Inc()
 		q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
-		dctx, cancel := context.WithCancelCause(q.c.workCtx)
+		dctx, cancel := context.WithCancelCause(q.c.life.Work())
 		it := &inTx{d: newDelivery(cl), cancel: cancel}
 		b.running[cl.ID] = it
 		b.pending++
-		q.c.deliveries.Add(1)
+		q.c.life.AddDelivery()
 		go b.deliver(dctx, cl, t, it)
 	}
 	b.timer = time.AfterFunc(q.cfg.RowLockLease, b.close)
@@ -145,11 +146,12 @@ func (b *lockBatch) release() {
 
 func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType, it *inTx) {
 	q := b.q
-	defer q.c.deliveries.Done()
+	defer q.c.life.DeliveryDone()
 	defer it.cancel(nil)
 	freeSlot := q.slotReleaser()
 	defer freeSlot()
-	err := q.handle(ctx, t, it.d)
+	j := jobOf(t, it.d, q.timeout(t))
+	err := q.deliverer.Handle(ctx, j)
 	b.mu.Lock()
 	delete(b.running, cl.ID)
 	if !b.closing {
@@ -173,16 +175,11 @@ func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType,
 		return
 	}
 	it.d.Attempt, it.d.LeaseToken = lease.Attempt, lease.Token.String()
-	fence := store.Fence{ID: cl.ID, Token: lease.Token, Type: cl.Type}
-	q.mu.Lock()
-	q.held[cl.ID] = &held{fence: fence, cancel: it.cancel}
-	q.mu.Unlock()
-	defer func() {
-		q.mu.Lock()
-		delete(q.held, cl.ID)
-		q.mu.Unlock()
-	}()
-	q.settle(ctx, it.d, fence, t, err, freeSlot)
+	j.Fence = store.Fence{ID: cl.ID, Token: lease.Token, Type: cl.Type}
+	j.Attempt, j.HandlerDone = lease.Attempt, freeSlot
+	q.c.leases.Put(&core.Held{Fence: j.Fence, Cancel: it.cancel})
+	defer q.c.leases.Delete(cl.ID)
+	q.report(it.d, q.deliverer.Settle(ctx, j, err))
 }
 
 // close completes the succeeded effects, promotes every other row of the
@@ -202,7 +199,7 @@ func (b *lockBatch) close() {
 	}
 	b.mu.Unlock()
 
-	ctx, cancel := finishCtx(q.c.workCtx)
+	ctx, cancel := finishCtx(q.c.life.Work())
 	defer cancel()
 	var completed store.Completed
 	var leases []store.Claimed
@@ -234,9 +231,7 @@ func (b *lockBatch) close() {
 	for id, it := range b.running {
 		if l, ok := b.leases[id]; ok {
 			// Still running: extended with the other durable leases from now on.
-			q.mu.Lock()
-			q.held[id] = &held{fence: store.Fence{ID: id, Token: l.Token, Type: it.d.Type}, cancel: it.cancel}
-			q.mu.Unlock()
+			q.c.leases.Put(&core.Held{Fence: store.Fence{ID: id, Token: l.Token, Type: it.d.Type}, Cancel: it.cancel})
 		} else {
 			it.cancel(ErrLeaseLost)
 		}
@@ -246,8 +241,11 @@ func (b *lockBatch) close() {
 
 	for _, d := range done {
 		// A batch that did not commit lost its locks, i.e. its leases.
-		lag, ok := completed[d.ID]
-		q.recordCompletion(ctx, d, ok, lag, nil)
+		if lag, ok := completed[d.ID]; ok {
+			q.report(d, core.Report{Status: core.Completed, Outcome: core.OutcomeSuccess, Lag: lag})
+		} else {
+			q.leaseLost(d, "complete")
+		}
 	}
 	for _, cl := range b.waiting {
 		q.inflight.Add(-1)
@@ -257,5 +255,5 @@ func (b *lockBatch) close() {
 	}
 	q.openBatches.Add(-1)
 	signal(q.freed)
-	q.c.deliveries.Done()
+	q.c.life.DeliveryDone()
 }

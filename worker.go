@@ -2,14 +2,14 @@ package pgoutbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -35,41 +35,32 @@ type queueWorker struct {
 	dueAt atomic.Int64
 	rearm chan struct{}
 
-	mu   sync.Mutex
-	held map[int64]*held
-}
-
-// held is an in-flight lease.
-type held struct {
-	fence  store.Fence
-	cancel context.CancelCauseFunc
+	deliverer core.Deliverer
 }
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
-	return &queueWorker{
+	q := &queueWorker{
 		c: c, name: name, cfg: cfg, maxBatches: maxOpenBatches(c),
 		wake:  make(chan struct{}, 1),
 		freed: make(chan struct{}, 1),
 		rearm: make(chan struct{}, 1),
-		held:  map[int64]*held{},
 	}
+	q.deliverer = core.Deliverer{
+		Pool: c.pool, Commit: q.commit, Route: c.route, Transient: transient,
+		Shutdown: errShutdown,
+	}
+	return q
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
+func signal(ch chan struct{}) { core.Signal(ch) }
 
 // run claims while there are free slots and claimable effects, then waits for
 // a NOTIFY, a freed slot, the next due time or the poll interval (poll.go).
 func (q *queueWorker) run(ctx context.Context) {
-	defer q.c.runWG.Done()
 	poll := time.NewTimer(q.c.cfg.PollInterval)
 	defer poll.Stop()
-	// lastActive is the last wake-up or non-empty claim: for ActiveTail
-	// after it the loop polls every ActivePollInterval, which picks up the
+	// lastActive is the last wake-up or non-empty claim: for activeTail
+	// after it the loop polls every activePollInterval, which picks up the
 	// effects of producers whose notification the limiter folded into an
 	// earlier one (migration 00005).
 	var lastActive, lastClaim time.Time
@@ -114,13 +105,13 @@ func (q *queueWorker) run(ctx context.Context) {
 			continue // a full batch: there may be more
 		}
 		wait := q.c.cfg.PollInterval
-		if time.Since(lastActive) < ActiveTail {
-			wait = min(wait, ActivePollInterval)
+		if time.Since(lastActive) < activeTail {
+			wait = min(wait, activePollInterval)
 		}
-		if wait > ActivePollInterval {
+		if wait > activePollInterval {
 			// About to idle: learn when the next retry or scheduled
 			// effect falls due. (A busy queue polls every
-			// ActivePollInterval anyway and pays no extra query.)
+			// activePollInterval anyway and pays no extra query.)
 			q.scheduleDue(ctx)
 		}
 		woken, alive := q.idle(ctx, poll, wait)
@@ -201,29 +192,29 @@ func (q *queueWorker) slotReleaser() func() {
 func (q *queueWorker) start(cl store.Claimed) {
 	q.c.m.claimed.WithLabelValues(q.name).Inc()
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
-	ctx, cancel := context.WithCancelCause(q.c.workCtx)
-	h := &held{fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}, cancel: cancel}
-	q.mu.Lock()
-	q.held[cl.ID] = h
-	q.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(q.c.life.Work())
+	fence := store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}
+	q.c.leases.Put(&core.Held{Fence: fence, Cancel: cancel})
 	q.inflight.Add(1)
-	q.c.deliveries.Add(1)
+	q.c.life.AddDelivery()
 	go func() {
 		// The slot goes back as soon as the handler has returned: the
 		// completion is group-committed while the next claim runs.
 		freeSlot := q.slotReleaser()
 		defer func() {
-			q.mu.Lock()
-			delete(q.held, cl.ID)
-			q.mu.Unlock()
+			q.c.leases.Delete(cl.ID)
 			cancel(nil)
 			freeSlot()
-			q.c.deliveries.Done()
+			q.c.life.DeliveryDone()
 		}()
-		q.deliver(ctx, cl, h.fence, freeSlot)
+		d := newDelivery(cl)
+		j := q.job(d, fence, freeSlot)
+		q.report(d, q.deliverer.Run(ctx, j))
 	}()
 }
 
+// newDelivery is the one mapping of a claimed row to the Delivery its
+// handler sees (the Client, the manual lease API and the broker consumer).
 func newDelivery(cl store.Claimed) *Delivery {
 	d := &Delivery{
 		ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
@@ -243,90 +234,108 @@ func (q *queueWorker) timeout(t EffectType) time.Duration {
 	return q.cfg.DeliveryTimeout
 }
 
-func (q *queueWorker) deliver(ctx context.Context, cl store.Claimed, fence store.Fence, handlerDone func()) {
-	d := newDelivery(cl)
-	t, ok := q.c.types[cl.Type]
-	if !ok {
-		q.fail(ctx, d, fence, true, Retry(fmt.Errorf("no handler registered for effect type %q", cl.Type)))
-		return
-	}
-	if t.TxHandler != nil {
-		q.runTx(ctx, d, fence, t, q.timeout(t))
-		return
-	}
-	if !t.ReplaySafe {
-		// The record that delivery started commits before the request is
-		// sent: a crash from here on is routed to reconciliation_required.
-		found, err := store.MarkStarted(ctx, q.c.pool, fence)
-		if err != nil || !found {
-			if err == nil {
-				err = ErrLeaseLost
-			}
-			q.fail(ctx, d, fence, false, Retry(fmt.Errorf("record delivery start: %w", err)))
-			return
-		}
-	}
-	q.settle(ctx, d, fence, t, q.handle(ctx, t, d), handlerDone)
+// job is the core job that delivers d under fence.
+func (q *queueWorker) job(d *Delivery, fence store.Fence, handlerDone func()) *core.Job {
+	t := q.c.types[d.Type]
+	j := jobOf(t, d, q.timeout(t))
+	j.Fence, j.HandlerDone = fence, handlerDone
+	return j
 }
 
-// handle runs t's handler for d within the type's delivery timeout.
-func (q *queueWorker) handle(ctx context.Context, t EffectType, d *Delivery) error {
-	hctx, hcancel := context.WithTimeout(ctx, q.timeout(t))
-	defer hcancel()
-	return call(hctx, func(ctx context.Context) error { return t.Handler(ctx, d) })
-}
-
-// settle writes the outcome of a handler that ran under a durable lease.
-func (q *queueWorker) settle(ctx context.Context, d *Delivery, fence store.Fence, t EffectType, err error, handlerDone func()) {
-	if err != nil {
-		q.fail(ctx, d, fence, t.ReplaySafe, err)
-		return
+// jobOf is the core job that delivers d with t (the zero EffectType: not
+// registered, a retry) within timeout.
+func jobOf(t EffectType, d *Delivery, timeout time.Duration) *core.Job {
+	j := &core.Job{
+		Attempt: d.Attempt, MaxAttempts: d.MaxAttempts, ReplaySafe: t.ReplaySafe, Timeout: timeout,
+		Transitions: func() []core.TxFunc { return d.onComplete },
 	}
-	if len(d.onComplete) == 0 {
-		handlerDone()
-		q.completeBatched(ctx, d, fence)
-		return
+	switch {
+	case t.TxHandler != nil:
+		j.ReplaySafe = true // its writes commit with its completion or not at all
+		j.TxHandler = func(ctx context.Context, tx pgx.Tx) error { return t.TxHandler(ctx, tx, d) }
+	case t.Handler != nil:
+		j.Handler = func(ctx context.Context) error { return t.Handler(ctx, d) }
+	default:
+		err := Retry(fmt.Errorf("no handler registered for effect type %q", d.Type))
+		j.ReplaySafe = true
+		j.Handler = func(context.Context) error { return err }
 	}
-	q.completeTx(ctx, d, fence, t.ReplaySafe, nil, q.timeout(t))
+	return j
 }
 
-// call runs fn, turning a panic into an error.
-func call(ctx context.Context, fn func(context.Context) error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panic: %v", r)
-		}
-	}()
-	return fn(ctx)
+// transient marks an engine error as a retry.
+func transient(err error) error { return Retry(err) }
+
+// route classifies a handler's error for the core deliverer.
+func (c *Client) route(herr error, replaySafe bool, attempt int) core.Route {
+	return routeOf(herr, replaySafe, attempt, c.cfg.BackoffCap)
 }
 
-func (q *queueWorker) completeBatched(ctx context.Context, d *Delivery, fence store.Fence) {
-	done := make(chan completeRes, 1)
+// routeOf classifies herr and routes it with backoff capped at backoffCap.
+func routeOf(herr error, replaySafe bool, attempt int, backoffCap time.Duration) core.Route {
+	outcome, _ := classify(herr, replaySafe)
+	kind, delay := failRoute(herr, replaySafe, attempt, backoffCap)
+	return core.Route{Outcome: string(outcome), Kind: kind, Delay: delay}
+}
+
+// commit group-commits one completion, counting it as pending meanwhile
+// (the claim loop's backpressure).
+func (q *queueWorker) commit(f store.Fence) core.Committed {
 	q.pending.Add(1)
-	q.c.completions <- completeReq{fence: fence, done: done}
-	res := <-done
+	res := q.c.commit.Complete(f)
 	q.pending.Add(-1)
 	signal(q.freed)
-	q.recordCompletion(ctx, d, res.ok, res.lag, res.err)
+	return res
 }
 
-func (q *queueWorker) recordCompletion(ctx context.Context, d *Delivery, ok bool, lag time.Duration, err error) {
-	switch {
-	case err != nil:
-		q.c.log.Error("complete failed; the lease will expire and the effect be recovered",
-			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
-		q.event(d, OutcomeSuccess, "", err)
-	case !ok:
-		q.leaseLost(d, "complete")
-	default:
+// report turns the end of a delivery into metrics, logs and events.
+func (q *queueWorker) report(d *Delivery, r core.Report) {
+	outcome := Outcome(r.Outcome)
+	switch r.Status {
+	case core.Completed:
 		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeSuccess)).Inc()
-		q.c.m.lag.WithLabelValues(d.Queue, d.Type).Observe(lag.Seconds())
+		q.c.m.lag.WithLabelValues(d.Queue, d.Type).Observe(r.Lag.Seconds())
 		q.event(d, OutcomeSuccess, "completed", nil)
+	case core.LeaseLost:
+		q.leaseLost(d, r.Op)
+	case core.Unrecorded:
+		q.c.log.Error("completion commit failed; the lease will expire and the effect be recovered",
+			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
+	case core.WriteFailed:
+		switch r.Op {
+		case "complete":
+			q.c.log.Error("complete failed; the lease will expire and the effect be recovered",
+				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
+			q.event(d, OutcomeSuccess, "", r.WriteErr)
+		case "reconcile":
+			q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
+			q.c.log.Error("delivered but the completion transition failed, and so did moving it to reconciliation_required; left for the sweeper",
+				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.Err, "reconcile_err", r.WriteErr)
+			q.event(d, OutcomeAmbiguous, "leased", r.Err)
+		default:
+			q.c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered",
+				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
+			q.event(d, outcome, "", r.Err)
+		}
+	case core.Failed:
+		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(outcome)).Inc()
+		if r.Reconciled {
+			q.c.log.Error("delivered but the completion transition failed; moved to reconciliation_required",
+				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.Err)
+			q.event(d, outcome, r.State, r.Err)
+			return
+		}
+		if r.State == "available" {
+			q.noteDue(r.Delay) // wake when the retry falls due, not at the next poll
+		}
+		q.c.log.Warn("delivery failed", "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type,
+			"attempt", d.Attempt, "outcome", outcome, "state", r.State, "err", r.Err)
+		q.event(d, outcome, r.State, r.Err)
 	}
 }
 
 func (q *queueWorker) event(d *Delivery, o Outcome, state string, err error) {
-	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: state}
+	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: State(state)}
 	if err != nil {
 		e.Err = err.Error()
 	}
@@ -337,127 +346,4 @@ func (q *queueWorker) leaseLost(d *Delivery, op string) {
 	q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeLeaseLost)).Inc()
 	q.c.log.Warn("lease lost; nothing written", "op", op, "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type)
 	q.event(d, OutcomeLeaseLost, "", ErrLeaseLost)
-}
-
-// runTx runs an internal job inside its completion transaction: the fenced
-// completion locks the row first, then the handler's writes join it.
-func (q *queueWorker) runTx(ctx context.Context, d *Delivery, fence store.Fence, t EffectType, timeout time.Duration) {
-	q.completeTx(ctx, d, fence, true, t.TxHandler, timeout)
-}
-
-// completeTx completes one effect in its own transaction together with the
-// job's handler (internal jobs) and the transitions registered with
-// OnComplete.
-func (q *queueWorker) completeTx(ctx context.Context, d *Delivery, fence store.Fence, replaySafe bool, job TxHandler, timeout time.Duration) {
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if job == nil {
-		// The external effect already happened: the completion must not
-		// be cut short by the delivery's own cancellation.
-		tctx, cancel = finishCtx(ctx)
-		defer cancel()
-	}
-	tx, err := q.c.pool.Begin(tctx)
-	if err != nil {
-		q.afterTxFailure(ctx, d, fence, replaySafe, job != nil, fmt.Errorf("begin completion: %w", err))
-		return
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }()
-	done, err := store.Complete(tctx, tx, []store.Fence{fence})
-	if err != nil {
-		q.afterTxFailure(ctx, d, fence, replaySafe, job != nil, fmt.Errorf("complete: %w", err))
-		return
-	}
-	lag, ok := done[fence.ID]
-	if !ok {
-		q.leaseLost(d, "complete")
-		return
-	}
-	if job != nil {
-		if err := call(tctx, func(ctx context.Context) error { return job(ctx, tx, d) }); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(tctx))
-			q.fail(ctx, d, fence, true, err)
-			return
-		}
-	}
-	for _, fn := range d.onComplete {
-		if err := fn(tctx, tx); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(tctx))
-			q.afterTxFailure(ctx, d, fence, replaySafe, job != nil, fmt.Errorf("completion transition: %w", err))
-			return
-		}
-	}
-	// The commit is not cut short by the delivery's cancellation (a lease
-	// extension that saw this very completion, shutdown) or the job's
-	// timeout: once the fenced completion holds the row, interrupting the
-	// COMMIT in flight only makes its outcome unknown, and a commit that
-	// succeeded would then go unreported.
-	cctx, ccancel := finishCtx(ctx)
-	defer ccancel()
-	if err := tx.Commit(cctx); err != nil {
-		q.c.log.Error("completion commit failed; the lease will expire and the effect be recovered",
-			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
-		return
-	}
-	q.recordCompletion(ctx, d, true, lag, nil)
-}
-
-// afterTxFailure handles a completion transaction that could not commit. An
-// internal job or a replay-safe effect is retried. A non-replay-safe effect
-// that was delivered goes to reconciliation_required at once, fenced, with
-// the transition's error, so that an operator sees it without waiting for
-// the lease to expire; only when even that write fails does it keep its
-// lease for the sweeper to route the same way (docs/design.md, "Delivery
-// outcomes").
-func (q *queueWorker) afterTxFailure(ctx context.Context, d *Delivery, fence store.Fence, replaySafe, job bool, err error) {
-	if replaySafe || job {
-		q.fail(ctx, d, fence, true, Retry(err))
-		return
-	}
-	err = fmt.Errorf("delivered, but the completion transition failed: %w", err)
-	fctx, cancel := finishCtx(ctx)
-	defer cancel()
-	state, found, ferr := store.Fail(fctx, q.c.pool, fence, store.FailReconcile, 0, err.Error())
-	switch {
-	case ferr != nil:
-		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
-		q.c.log.Error("delivered but the completion transition failed, and so did moving it to reconciliation_required; left for the sweeper",
-			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err, "reconcile_err", ferr)
-		q.event(d, OutcomeAmbiguous, "leased", err)
-	case !found:
-		q.leaseLost(d, "reconcile")
-	default:
-		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
-		q.c.log.Error("delivered but the completion transition failed; moved to reconciliation_required",
-			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
-		q.event(d, OutcomeAmbiguous, state, err)
-	}
-}
-
-// fail records a failed delivery with its classified outcome.
-func (q *queueWorker) fail(ctx context.Context, d *Delivery, fence store.Fence, replaySafe bool, herr error) {
-	outcome, _ := classify(herr, replaySafe)
-	kind, delay := failRoute(herr, replaySafe, d.Attempt, q.c.cfg.BackoffCap)
-	if errors.Is(context.Cause(ctx), errShutdown) && (outcome == OutcomeRetry || outcome == OutcomeAmbiguous) {
-		kind, delay = store.FailRelease, 0
-	}
-	fctx, cancel := finishCtx(ctx)
-	defer cancel()
-	state, found, err := store.Fail(fctx, q.c.pool, fence, kind, delay, herr.Error())
-	switch {
-	case err != nil:
-		q.c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered",
-			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", err)
-		q.event(d, outcome, "", herr)
-	case !found:
-		q.leaseLost(d, "fail")
-	default:
-		if state == "available" {
-			q.noteDue(delay) // wake when the retry falls due, not at the next poll
-		}
-		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(outcome)).Inc()
-		q.c.log.Warn("delivery failed", "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type,
-			"attempt", d.Attempt, "outcome", outcome, "state", state, "err", herr)
-		q.event(d, outcome, state, herr)
-	}
 }

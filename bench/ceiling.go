@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // ceilingSystem is the physical limit pgoutbox is measured against: the
@@ -69,7 +70,7 @@ func (s *ceilingSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc work
 	// pgoutbox's ClaimBatch is capped at Concurrency.
 	sys := *s
 	sys.batch = max(1, min(s.batch, wc.workers))
-	return &ceilingRunner{sys: &sys, pool: pool, payload: string(payload), onWork: wc.onWork, completed: &counter{}}, nil
+	return &ceilingRunner{sys: &sys, pool: pool, payload: string(payload), onWork: wc.onWork, completed: &benchrun.Counter{}}, nil
 }
 
 type ceilingRunner struct {
@@ -77,7 +78,7 @@ type ceilingRunner struct {
 	pool      *pgxpool.Pool
 	payload   string
 	onWork    func(id int64)
-	completed *counter
+	completed *benchrun.Counter
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 	mu        sync.Mutex
@@ -171,7 +172,7 @@ func (r *ceilingRunner) loop(ctx context.Context) {
 		}
 		if n > 0 {
 			idle = 0
-			r.completed.add(int64(n))
+			r.completed.Add(int64(n))
 			continue
 		}
 		idle = min(max(idle*2, 500*time.Microsecond), 8*time.Millisecond)
@@ -255,4 +256,4 @@ func (r *ceilingRunner) Stop(ctx context.Context) error {
 	return r.err
 }
 
-func (r *ceilingRunner) Completed() *counter { return r.completed }
+func (r *ceilingRunner) Completed() *benchrun.Counter { return r.completed }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // The cost curves (-curves): each point drains a pre-inserted backlog with
@@ -158,12 +160,12 @@ func curvePointRun(ctx context.Context, o *options, admin *pgxpool.Pool, sysName
 	if err := sys.Migrate(ctx, dsn); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	pool, err := openPool(ctx, dsn, 2)
+	pool, err := benchrun.OpenPool(ctx, dsn, 2)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	prod, err := openPool(ctx, dsn, o.producerConns)
+	prod, err := benchrun.OpenPool(ctx, dsn, o.producerConns)
 	if err != nil {
 		return nil, err
 	}
@@ -176,12 +178,12 @@ func curvePointRun(ctx context.Context, o *options, admin *pgxpool.Pool, sysName
 	// At most ~8 MB of payload per insert transaction.
 	batch := max(1, min(o.insertBatch, (8<<20)/max(1, p.PayloadBytes)))
 	t0 := time.Now()
-	if err := insertBacklog(ctx, prod, ins, p.Backlog, batch); err != nil {
+	if err := benchrun.InsertBacklog(ctx, prod, ins, p.Backlog, batch, nil); err != nil {
 		return nil, err
 	}
 	res := result{"insert_per_s": float64(p.Backlog) / time.Since(t0).Seconds()}
 	flushStats(prod, pool)
-	lsn, err := walLSN(ctx, pool)
+	lsn, err := benchrun.WALLSN(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +193,7 @@ func curvePointRun(ctx context.Context, o *options, admin *pgxpool.Pool, sysName
 	var werr error
 	d, err := drainChildren(ctx, e, p.Backlog, p.Procs, o.workers, func() {
 		pgSec = pg.Since(db)
-		w, werr = walSince(ctx, pool, lsn)
+		w, werr = benchrun.WALSince(ctx, pool, lsn)
 	})
 	if err != nil {
 		return nil, err

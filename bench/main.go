@@ -36,6 +36,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 type options struct {
@@ -347,7 +349,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		}
 		o.dsn = dsn
 	}
-	admin, err := openPool(ctx, o.dsn, 2)
+	admin, err := benchrun.OpenPool(ctx, o.dsn, 2)
 	if err != nil {
 		return fmt.Errorf("admin connection: %w", err)
 	}
@@ -432,7 +434,7 @@ func runOne(ctx context.Context, o *options, admin *pgxpool.Pool, sc scenario, s
 	if err := sys.Migrate(ctx, dsn); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	pool, err := openPool(ctx, dsn, o.poolConns)
+	pool, err := benchrun.OpenPool(ctx, dsn, o.poolConns)
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +444,7 @@ func runOne(ctx context.Context, o *options, admin *pgxpool.Pool, sc scenario, s
 			return nil, err
 		}
 	}
-	prod, err := openPool(ctx, dsn, o.producerConns)
+	prod, err := benchrun.OpenPool(ctx, dsn, o.producerConns)
 	if err != nil {
 		return nil, err
 	}
@@ -615,7 +617,7 @@ func createDB(ctx context.Context, o *options) error {
 	if !strings.HasPrefix(o.createDB, "pgoutbox_bench") {
 		return fmt.Errorf("-create-db: the name must start with pgoutbox_bench")
 	}
-	admin, err := openPool(ctx, o.dsn, 1)
+	admin, err := benchrun.OpenPool(ctx, o.dsn, 1)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,39 +53,6 @@ func freshDB(ctx context.Context, admin *pgxpool.Pool, adminDSN, name string, ke
 	return dsn, drop, nil
 }
 
-func openPool(ctx context.Context, dsn string, conns int) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, err
-	}
-	if conns > 0 {
-		cfg.MaxConns = int32(conns)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "pgoutbox-bench"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
-}
-
-// walLSN reads the current WAL position (cluster-wide).
-func walLSN(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	var lsn string
-	err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
-	return lsn, err
-}
-
-func walSince(ctx context.Context, pool *pgxpool.Pool, from string) (float64, error) {
-	var d float64
-	err := pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", from).Scan(&d)
-	return d, err
-}
-
 // relSize is the total size (heap, indexes, TOAST) of tables, in bytes.
 func relSize(ctx context.Context, pool *pgxpool.Pool, tables []string) (float64, error) {
 	var b int64
@@ -101,15 +67,6 @@ func claimPercentiles(ctx context.Context, pool *pgxpool.Pool, sql string) (p50,
 	      FROM (SELECT extract(epoch FROM l) * 1000 AS ms FROM (` + sql + `) AS x(l)) AS y`
 	err = pool.QueryRow(ctx, q).Scan(&p50, &p99)
 	return p50, p99, err
-}
-
-// processCPU is this process's user+system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // pgCPU samples the CPU time of the PostgreSQL server's processes from /proc
@@ -207,15 +164,6 @@ func (p *pgCPU) Since(db string) float64 {
 		ticks += t - p.start[pid]
 	}
 	return float64(ticks) / clockTicks
-}
-
-// percentile of sorted xs (nearest rank).
-func percentile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 func median(xs []float64) float64 {

@@ -11,6 +11,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // riverSystem runs River (used as a library) with the settings of River's own
@@ -92,14 +94,14 @@ func (s *riverSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc worker
 	if err != nil {
 		return nil, err
 	}
-	return &riverRunner{client: client, pool: pool, args: newArgs(s.payloadBytes), completed: &counter{}}, nil
+	return &riverRunner{client: client, pool: pool, args: newArgs(s.payloadBytes), completed: &benchrun.Counter{}}, nil
 }
 
 type riverRunner struct {
 	client    *river.Client[pgx.Tx]
 	pool      *pgxpool.Pool
 	args      benchArgs
-	completed *counter
+	completed *benchrun.Counter
 	unsub     func()
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -149,7 +151,7 @@ func (r *riverRunner) Start(ctx context.Context) error {
 					return
 				}
 				if e.Kind == river.EventKindJobCompleted {
-					r.completed.add(1)
+					r.completed.Add(1)
 				}
 			case <-cctx.Done():
 				return
@@ -172,4 +174,4 @@ func (r *riverRunner) Stop(ctx context.Context) error {
 	return err
 }
 
-func (r *riverRunner) Completed() *counter { return r.completed }
+func (r *riverRunner) Completed() *benchrun.Counter { return r.completed }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // The scale scenario runs the workers in separate processes: this binary
@@ -30,7 +32,7 @@ func runScale(ctx context.Context, e *env) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := insertBacklog(ctx, e.prod, ins, n, e.o.insertBatch); err != nil {
+	if err := benchrun.InsertBacklog(ctx, e.prod, ins, n, e.o.insertBatch, nil); err != nil {
 		return nil, err
 	}
 	flushStats(e.prod, e.pool)
@@ -229,7 +231,7 @@ func peakRSSKB() float64 {
 // childMain is the worker process of the scale scenario.
 func childMain(o *options, sys system) error {
 	ctx := context.Background()
-	pool, err := openPool(ctx, o.dsn, o.poolConns)
+	pool, err := benchrun.OpenPool(ctx, o.dsn, o.poolConns)
 	if err != nil {
 		return err
 	}
@@ -248,7 +250,7 @@ func childMain(o *options, sys system) error {
 	if !in.Scan() || in.Text() != "go" {
 		return fmt.Errorf("child: expected go")
 	}
-	cpu0 := processCPU()
+	cpu0 := benchrun.ProcessCPU()
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
@@ -272,7 +274,7 @@ func childMain(o *options, sys system) error {
 			say("done %d", v)
 		}
 	}
-	cpu := processCPU() - cpu0
+	cpu := benchrun.ProcessCPU() - cpu0
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err = r.Stop(stopCtx)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // result is one scenario's figures for one system in one round.
@@ -95,16 +94,6 @@ var scenarios = []scenario{
 	},
 }
 
-// insertBacklog writes n effects in transactions of o.insertBatch.
-func insertBacklog(ctx context.Context, db *pgxpool.Pool, r runner, n, batch int) error {
-	for seq := 0; seq < n; seq += batch {
-		if err := r.InsertBatch(ctx, db, seq, min(batch, n-seq)); err != nil {
-			return fmt.Errorf("insert: %w", err)
-		}
-	}
-	return nil
-}
-
 func runDrain(ctx context.Context, e *env) (result, error) {
 	n := e.o.n
 	res := result{}
@@ -116,52 +105,35 @@ func runDrain(ctx context.Context, e *env) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	lsn, err := walLSN(ctx, e.pool)
+	var st0 dbStats
+	var pg *pgCPU
+	var pgSec float64
+	d, err := benchrun.Drain(ctx, e.pool, e.prod, r, benchrun.DrainConfig{
+		Effects: n, InsertBatch: e.o.insertBatch, Timeout: e.o.timeout,
+		BeforeStart: func(ctx context.Context) error {
+			flushStats(e.prod, e.pool)
+			var err error
+			if st0, err = readStats(ctx, e.pool, e.sys.Tables()[0]); err != nil {
+				return err
+			}
+			if e.o.pss {
+				if err := resetStatements(ctx, e.pool); err != nil {
+					return err
+				}
+			}
+			pg = newPGCPU(ctx, e.pool)
+			pg.Start()
+			return nil
+		},
+		Drained: func() { pgSec = pg.Since(e.db) },
+	})
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	if err := insertBacklog(ctx, e.prod, r, n, e.o.insertBatch); err != nil {
-		return nil, err
-	}
-	res["insert_per_s"] = float64(n) / time.Since(t0).Seconds()
-	w, err := walSince(ctx, e.pool, lsn)
-	if err != nil {
-		return nil, err
-	}
-	res["wal_insert"] = w / float64(n)
-
-	flushStats(e.prod, e.pool)
-	st0, err := readStats(ctx, e.pool, e.sys.Tables()[0])
-	if err != nil {
-		return nil, err
-	}
-	if lsn, err = walLSN(ctx, e.pool); err != nil {
-		return nil, err
-	}
-	if e.o.pss {
-		if err := resetStatements(ctx, e.pool); err != nil {
-			return nil, err
-		}
-	}
-	pg := newPGCPU(ctx, e.pool)
-	pg.Start()
-	cpu0 := processCPU()
-	start := time.Now()
-	if err := r.Start(ctx); err != nil {
-		return nil, err
-	}
-	ok := waitCount(r.Completed(), int64(n), e.o.timeout)
-	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
-	pgSec := pg.Since(e.db)
-	w, werr := walSince(ctx, e.pool, lsn)
-	if err := stopDrained(ctx, e, r, n, ok); err != nil {
-		return nil, err
-	}
-	if werr != nil {
-		return nil, werr
-	}
+	res["insert_per_s"] = float64(n) / d.Insert.Seconds()
+	res["wal_insert"] = d.WALInsert / float64(n)
+	elapsed, cpu := d.Elapsed, d.CPU
+	w := d.WALDrain
 	res["stmt_total"] = math.NaN()
 	if e.o.pss {
 		if err := readStatements(ctx, e.pool, n, res); err != nil {
@@ -224,28 +196,12 @@ func drainCycle(ctx context.Context, e *env, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := insertBacklog(ctx, e.prod, r, n, e.o.insertBatch); err != nil {
-		return err
-	}
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	if err := stopDrained(ctx, e, r, n, waitCount(r.Completed(), int64(n), e.o.timeout)); err != nil {
+	if _, err := benchrun.Drain(ctx, e.pool, e.prod, r, benchrun.DrainConfig{
+		Effects: n, InsertBatch: e.o.insertBatch, Timeout: e.o.timeout,
+	}); err != nil {
 		return err
 	}
 	return retain(ctx, e)
-}
-
-// stopDrained stops a drain's runner and reports one that did not complete
-// its n effects (ok false) in time.
-func stopDrained(ctx context.Context, e *env, r runner, n int, ok bool) error {
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_ = r.Stop(stopCtx)
-	cancel()
-	if !ok {
-		return fmt.Errorf("drain: %d of %d completed after %s", r.Completed().Load(), n, e.o.timeout)
-	}
-	return nil
 }
 
 // retain deletes every completed effect (the system's own retention) and
@@ -263,7 +219,7 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	lsn, err := walLSN(ctx, e.pool)
+	lsn, err := benchrun.WALLSN(ctx, e.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -271,68 +227,22 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 		return nil, err
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		stopCtx, cancel := context.WithTimeout(context.Background(), benchrun.StopTimeout)
 		_ = r.Stop(stopCtx)
 		cancel()
 	}()
 
 	d := e.o.duration
-	start := time.Now()
-	pctx, stopProducers := context.WithDeadline(ctx, start.Add(d))
-	defer stopProducers()
-	var inserted atomic.Int64
-	var seq atomic.Int64
-	var perr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
-	// With -sustained-rate, producer p inserts its k-th batch at
-	// start + (k + p/producers) × interval, or at once when behind.
-	var interval time.Duration
-	if e.o.sustainedRate > 0 {
-		interval = time.Duration(float64(e.o.producers*e.o.producerBatch) / e.o.sustainedRate * float64(time.Second))
+	sr, err := benchrun.Sustained(ctx, e.prod, r, benchrun.SustainedConfig{
+		Duration: d, Producers: e.o.producers, ProducerBatch: e.o.producerBatch, Rate: e.o.sustainedRate,
+	})
+	if err != nil {
+		return nil, err
 	}
-	for p := range e.o.producers {
-		wg.Go(func() {
-			for k := 0; pctx.Err() == nil; k++ {
-				if interval > 0 {
-					at := start.Add(time.Duration(k)*interval + interval*time.Duration(p)/time.Duration(e.o.producers))
-					select {
-					case <-pctx.Done():
-						return
-					case <-time.After(time.Until(at)):
-					}
-				}
-				s := int(seq.Add(int64(e.o.producerBatch))) - e.o.producerBatch
-				if err := r.InsertBatch(pctx, e.prod, s, e.o.producerBatch); err != nil {
-					if pctx.Err() == nil {
-						errOnce.Do(func() { perr = err })
-					}
-					return
-				}
-				inserted.Add(int64(e.o.producerBatch))
-			}
-		})
-	}
-	// Completions per tenth of the run.
 	seg := d / 10
-	marks := make([]int64, 0, 11)
-	imarks := make([]int64, 0, 11)
-	marks, imarks = append(marks, 0), append(imarks, 0)
-	tick := time.NewTicker(seg)
-	for i := 1; i <= 10; i++ {
-		<-tick.C
-		marks, imarks = append(marks, r.Completed().Load()), append(imarks, inserted.Load())
-	}
-	tick.Stop()
-	elapsed := time.Since(start)
-	completed := r.Completed().Load()
-	ins := inserted.Load()
-	stopProducers()
-	wg.Wait()
-	if perr != nil {
-		return nil, fmt.Errorf("producer: %w", perr)
-	}
-	w, err := walSince(ctx, e.pool, lsn)
+	marks, imarks := sr.CompletedMarks, sr.InsertedMarks
+	elapsed, completed, ins := sr.Elapsed, sr.Completed, sr.Inserted
+	w, err := benchrun.WALSince(ctx, e.pool, lsn)
 	if err != nil {
 		return nil, err
 	}
@@ -365,26 +275,11 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 	return res, nil
 }
 
-// stamps records one time per id.
-type stamps struct {
-	mu sync.Mutex
-	m  map[int64]time.Time
-}
-
-func (s *stamps) set(id int64, t time.Time, first bool) {
-	s.mu.Lock()
-	if _, ok := s.m[id]; !ok || !first {
-		s.m[id] = t
-	}
-	s.mu.Unlock()
-}
-
 func runLatency(ctx context.Context, e *env) (result, error) {
-	commits := &stamps{m: map[int64]time.Time{}}
-	starts := &stamps{m: map[int64]time.Time{}}
+	starts := benchrun.NewStamps()
 	r, err := e.sys.Prepare(ctx, e.pool, workerConfig{
 		workers: e.o.workers,
-		onWork:  func(id int64) { starts.set(id, time.Now(), true) },
+		onWork:  func(id int64) { starts.Set(id, time.Now(), true) },
 	})
 	if err != nil {
 		return nil, err
@@ -393,68 +288,29 @@ func runLatency(ctx context.Context, e *env) (result, error) {
 		return nil, err
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		stopCtx, cancel := context.WithTimeout(context.Background(), benchrun.StopTimeout)
 		_ = r.Stop(stopCtx)
 		cancel()
 	}()
-	time.Sleep(time.Second) // let the client settle (leader election, LISTEN)
-
-	interval := time.Duration(float64(time.Second) / e.o.rate)
-	total := int64(e.o.latencyDuration / interval)
-	var next atomic.Int64
-	var produced atomic.Int64
-	var perr error
-	var errOnce sync.Once
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range e.o.latencyProducers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= total || ctx.Err() != nil {
-					return
-				}
-				if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-					time.Sleep(wait)
-				}
-				id, err := r.InsertOne(ctx, e.prod, int(i))
-				if err != nil {
-					errOnce.Do(func() { perr = err })
-					return
-				}
-				commits.set(id, time.Now(), false)
-				produced.Add(1)
-			}
-		})
+	l, err := benchrun.Latency(ctx, e.prod, r, starts, benchrun.LatencyConfig{
+		Rate: e.o.rate, Duration: e.o.latencyDuration, Producers: e.o.latencyProducers,
+		Settle: time.Second, Wait: 30 * time.Second, // let the client settle (leader election, LISTEN)
+	})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if perr != nil {
-		return nil, fmt.Errorf("producer: %w", perr)
-	}
-	if !waitCount(r.Completed(), produced.Load(), 30*time.Second) {
+	if !l.Completed {
 		return nil, fmt.Errorf("latency: %d of %d completed 30s after the last enqueue; not completed: %s",
-			r.Completed().Load(), produced.Load(), diagnose(ctx, e, starts))
+			r.Completed().Load(), l.Produced, diagnose(ctx, e, starts))
 	}
-	var lat []float64
-	commits.mu.Lock()
-	starts.mu.Lock()
-	for id, c := range commits.m {
-		if s, ok := starts.m[id]; ok {
-			lat = append(lat, float64(s.Sub(c))/float64(time.Millisecond))
-		}
-	}
-	starts.mu.Unlock()
-	commits.mu.Unlock()
-	slices.Sort(lat)
 	p50, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL())
 	if err != nil {
 		return nil, err
 	}
 	return result{
-		"rate":      float64(produced.Load()) / elapsed.Seconds(),
-		"start_p50": percentile(lat, 0.50),
-		"start_p99": percentile(lat, 0.99),
+		"rate":      float64(l.Produced) / l.Elapsed.Seconds(),
+		"start_p50": benchrun.Percentile(l.StartMs, 0.50),
+		"start_p99": benchrun.Percentile(l.StartMs, 0.99),
 		"claim_p50": p50,
 		"claim_p99": p99,
 	}, nil
@@ -462,7 +318,7 @@ func runLatency(ctx context.Context, e *env) (result, error) {
 
 // diagnose describes the rows that did not complete, and whether their
 // handler ran.
-func diagnose(ctx context.Context, e *env, starts *stamps) string {
+func diagnose(ctx context.Context, e *env, starts *benchrun.Stamps) string {
 	rows, err := e.pool.Query(ctx, e.sys.DiagnoseSQL())
 	if err != nil {
 		return err.Error()
@@ -476,9 +332,7 @@ func diagnose(ctx context.Context, e *env, starts *stamps) string {
 		if err := rows.Scan(&id, &state, &attempts, &claimed, &expires, &lastErr); err != nil {
 			return err.Error()
 		}
-		starts.mu.Lock()
-		_, started := starts.m[id]
-		starts.mu.Unlock()
+		_, started := starts.Get(id)
 		out = append(out, fmt.Sprintf("id=%d state=%s attempts=%d claimed=%s expires=%s handler_started=%v err=%q",
 			id, state, attempts, claimed, expires, started, lastErr))
 	}

@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // benchArgs is the payload of every effect and job: a JSON object of exactly
@@ -56,61 +55,5 @@ type system interface {
 	Retention(ctx context.Context, pool *pgxpool.Pool) (int64, error)
 }
 
-// runner is one prepared client: it inserts, then runs until stopped.
-type runner interface {
-	// InsertBatch writes n effects (sequence numbers seq..seq+n-1) in one
-	// transaction on db (the producers' pool) with the system's bulk insert.
-	InsertBatch(ctx context.Context, db *pgxpool.Pool, seq, n int) error
-	// InsertOne writes one effect in its own transaction on db and returns
-	// its id once the transaction committed.
-	InsertOne(ctx context.Context, db *pgxpool.Pool, seq int) (int64, error)
-	// Start starts working; completions are counted in Completed.
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
-	Completed() *counter
-}
-
-// counter counts completion events and signals when a target is reached.
-type counter struct {
-	n      atomic.Int64
-	mu     sync.Mutex
-	target int64
-	ch     chan struct{}
-}
-
-func (c *counter) add(d int64) {
-	v := c.n.Add(d)
-	c.mu.Lock()
-	if c.ch != nil && v >= c.target {
-		close(c.ch)
-		c.ch = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *counter) Load() int64 { return c.n.Load() }
-
-// reach returns a channel closed once the count reaches target.
-func (c *counter) reach(target int64) <-chan struct{} {
-	ch := make(chan struct{})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n.Load() >= target {
-		close(ch)
-		return ch
-	}
-	c.target, c.ch = target, ch
-	return ch
-}
-
-// waitCount waits until c reaches target or timeout passes.
-func waitCount(c *counter, target int64, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-c.reach(target):
-		return true
-	case <-t.C:
-		return false
-	}
-}
+// runner is one prepared client: it inserts, then runs until stopped; one system's workers (benchrun.Runner).
+type runner = benchrun.Runner

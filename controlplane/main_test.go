@@ -68,8 +68,7 @@ func newBundle(t *testing.T) (*bundle, *http.ServeMux) {
 // newBundleOn is newBundle on a given pool.
 func newBundleOn(t *testing.T, pool *pgxpool.Pool) (*bundle, *http.ServeMux) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	b := &bundle{ctx: ctx, pool: pool, logs: &bytes.Buffer{}}
 	mux := http.NewServeMux()
 	b.srv = httptest.NewServer(mux)
@@ -132,11 +131,7 @@ func (b *bundle) deliver(t *testing.T, event string, payload any) {
 
 func (b *bundle) scalar(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar(t, b.ctx, b.pool, sql, args...)
 }
 
 func (b *bundle) counts(t *testing.T) [2]int64 {
@@ -178,15 +173,7 @@ func (b *bundle) startWorkers(t *testing.T, queues ...string) *pgoutbox.Client {
 // waitFor polls until cond holds or the test deadline passes.
 func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-b.ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	pgtest.WaitFor(t, b.ctx, what, cond)
 }
 
 // idle reports that no effect of queue is waiting or in flight.

@@ -22,7 +22,7 @@ const ReconcileSkew = 2 * time.Minute
 
 // Pending is a dispatch whose outcome is unknown.
 type Pending struct {
-	pgoutbox.Record
+	pgoutbox.EffectRow
 	Dispatch WorkflowDispatch `json:"dispatch"`
 }
 
@@ -32,13 +32,13 @@ var ErrNotFound = errors.New("controlplane: no reconciliation_required dispatch 
 
 // ListPending lists the dispatches in reconciliation_required, oldest first.
 func (a *App) ListPending(ctx context.Context, limit int) ([]Pending, error) {
-	recs, err := pgoutbox.ListRecords(ctx, a.pool, pgoutbox.StateReconciliationRequired, QueueOutbox, limit)
+	recs, err := pgoutbox.ListEffects(ctx, a.pool, pgoutbox.StateReconciliationRequired, QueueOutbox, limit)
 	if err != nil {
 		return nil, err
 	}
 	var out []Pending
 	for _, r := range recs {
-		p := Pending{Record: r}
+		p := Pending{EffectRow: r}
 		if r.Type == TypeWorkflowDispatch {
 			_ = json.Unmarshal(r.Payload, &p.Dispatch)
 		}
@@ -48,14 +48,14 @@ func (a *App) ListPending(ctx context.Context, limit int) ([]Pending, error) {
 }
 
 func (a *App) pending(ctx context.Context, id int64) (Pending, error) {
-	r, ok, err := pgoutbox.GetRecord(ctx, a.pool, id)
+	r, ok, err := pgoutbox.GetEffect(ctx, a.pool, id)
 	if err != nil {
 		return Pending{}, err
 	}
 	if !ok || r.State != pgoutbox.StateReconciliationRequired || r.Type != TypeWorkflowDispatch {
 		return Pending{}, ErrNotFound
 	}
-	p := Pending{Record: r}
+	p := Pending{EffectRow: r}
 	if err := json.Unmarshal(r.Payload, &p.Dispatch); err != nil {
 		return Pending{}, fmt.Errorf("dispatch payload: %w", err)
 	}

@@ -46,8 +46,7 @@ func setup(t *testing.T, cfg projection.Config) *bundle {
 // setupOn is setup on a given pool.
 func setupOn(t *testing.T, pool *pgxpool.Pool, cfg projection.Config) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	t.Cleanup(cancel)
+	ctx := pgtest.Context(t, 8*time.Minute)
 	if cfg.APIToken == "" {
 		cfg.APIToken = token
 	}
@@ -103,11 +102,7 @@ func (b *bundle) postJSON(t *testing.T, path, body string) (int, []byte) {
 
 func (b *bundle) scalar(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar(t, b.ctx, b.pool, sql, args...)
 }
 
 // counts is (records, effects), to prove a request wrote nothing.

@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 	"github.com/pgoutbox/pgoutbox/target/solr"
 	"github.com/pgoutbox/pgoutbox/target/sparql"
@@ -167,6 +168,11 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 	if len(leases) == 0 {
 		return s, nil
 	}
+	root := core.Root[pgoutbox.EffectType, pgoutbox.Delivery]()
+	// The engine's deliverer: the handler under a panic guard and its
+	// timeout, then the fenced completion or failure.
+	dl := core.Deliverer{Pool: a.pool, Route: root.Route(a.cfg.BackoffCap), Transient: root.Transient}
+	typ := a.EffectTypes()[0]
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
@@ -177,34 +183,25 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			dctx, cancel := context.WithTimeout(ctx, timeout)
-			herr := a.Handle(dctx, &l.Delivery)
-			cancel()
-			fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-			defer fcancel()
-			var state pgoutbox.State
-			var rerr error
-			if herr == nil {
-				rerr = l.Complete(fctx, a.pool)
-				state = pgoutbox.StateCompleted
-			} else {
-				state, rerr = l.Fail(fctx, a.pool, herr, true, a.cfg.BackoffCap)
-			}
+			tok, _ := uuid.Parse(l.LeaseToken)
+			j := root.Job(typ, &l.Delivery, timeout)
+			j.Fence = store.Fence{ID: l.ID, Token: tok, Type: l.Type}
+			r := dl.Run(ctx, j)
 			mu.Lock()
 			defer mu.Unlock()
-			if herr != nil {
-				s.noteError(herr.Error())
+			if r.Err != nil {
+				s.noteError(r.Err.Error())
 			}
 			switch {
-			case errors.Is(rerr, pgoutbox.ErrLeaseLost):
+			case r.Status == core.LeaseLost:
 				s.LeaseLost++
-			case rerr != nil:
-				s.noteError(rerr.Error())
+			case r.Status == core.WriteFailed || r.Status == core.Unrecorded:
+				s.noteError(r.WriteErr.Error())
 				a.cfg.Logger.Error("recording a projection outcome failed; the lease will expire and be recovered",
-					"effect_id", l.ID, "err", rerr)
-			case state == pgoutbox.StateCompleted:
+					"effect_id", l.ID, "err", r.WriteErr)
+			case r.Status == core.Completed:
 				s.Projected++
-			case state == pgoutbox.StateDeadLetter:
+			case r.State == string(pgoutbox.StateDeadLetter):
 				s.DeadLettered++
 			default:
 				s.Retried++

@@ -13,19 +13,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -150,7 +146,7 @@ func runBench(ctx context.Context, g *globals, o *benchOptions) error {
 		return err
 	}
 	defer workers.Close()
-	producers, err := benchPool(ctx, dsn, int32(max(o.producers, o.latencyProducer)+1))
+	producers, err := benchPool(ctx, dsn, max(o.producers, o.latencyProducer)+1)
 	if err != nil {
 		return err
 	}
@@ -194,14 +190,8 @@ func runBench(ctx context.Context, g *globals, o *benchOptions) error {
 	return nil
 }
 
-func benchPool(ctx context.Context, dsn string, conns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
-	}
-	cfg.MaxConns = conns
-	cfg.ConnConfig.RuntimeParams["application_name"] = "pgoutbox-bench"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+func benchPool(ctx context.Context, dsn string, conns int) (*pgxpool.Pool, error) {
+	pool, err := benchrun.OpenPool(ctx, dsn, conns)
 	if err != nil {
 		return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
 	}
@@ -214,94 +204,18 @@ type bencher struct {
 	workers, producers *pgxpool.Pool
 	queue              string
 	payload            json.RawMessage
-	seq                atomic.Int64
 	tty                bool
 }
 
-func (b *bencher) effect() pgoutbox.Effect {
-	n := b.seq.Add(1)
-	return pgoutbox.Effect{Queue: b.queue, Type: "bench.noop", Key: pgoutbox.Key(b.queue, strconv.FormatInt(n, 10)), Payload: b.payload}
-}
-
-func (b *bencher) insert(ctx context.Context, n int) error {
-	effects := make([]pgoutbox.Effect, n)
-	for i := range effects {
-		effects[i] = b.effect()
-	}
-	return pgx.BeginFunc(ctx, b.producers, func(tx pgx.Tx) error {
-		_, err := pgoutbox.EnqueueBatch(ctx, tx, effects)
-		return err
+// runner builds the Clients working the bench queue (not started); onStart,
+// when set, is called at the start of every delivery.
+func (b *bencher) runner(onStart func(id int64)) (*benchrun.Pgoutbox, error) {
+	return benchrun.NewPgoutbox(b.workers, benchrun.PgoutboxConfig{
+		Queue: b.queue, Type: "bench.noop", Payload: b.payload,
+		Concurrency: b.o.concurrency, Clients: b.o.clients, ClaimBatch: b.o.claimBatch,
+		RowLockLease: b.o.rowLock, ClaimCooldown: b.o.claimCooldown,
+		OnStart: onStart, Logger: b.g.logger(),
 	})
-}
-
-// benchClients are the Clients working the bench queue; completed counts
-// their completion events.
-type benchClients struct {
-	clients   []*pgoutbox.Client
-	completed atomic.Int64
-	stop      func()
-}
-
-func (b *bencher) start(ctx context.Context, onStart func(id int64)) (*benchClients, error) {
-	bc := &benchClients{}
-	handler := func(_ context.Context, d *pgoutbox.Delivery) error {
-		if onStart != nil {
-			onStart(d.ID)
-		}
-		return nil
-	}
-	var unsubs []func()
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	for i := range b.o.clients {
-		conc := b.o.concurrency / b.o.clients
-		if i < b.o.concurrency%b.o.clients {
-			conc++
-		}
-		c, err := pgoutbox.NewClient(b.workers, pgoutbox.Config{
-			Queues:        map[string]pgoutbox.QueueConfig{b.queue: {Concurrency: max(conc, 1), ClaimBatch: min(b.o.claimBatch, max(conc, 1)), RowLockLease: b.o.rowLock, ClaimCooldown: b.o.claimCooldown}},
-			Types:         []pgoutbox.EffectType{{Name: "bench.noop", ReplaySafe: true, Handler: handler}},
-			Logger:        b.g.logger(),
-			PruneInterval: -1,
-		})
-		if err != nil {
-			return nil, err
-		}
-		events, unsub := c.Subscribe(1 << 16)
-		unsubs = append(unsubs, unsub)
-		wg.Go(func() {
-			for {
-				select {
-				case e := <-events:
-					if e.State == "completed" {
-						bc.completed.Add(1)
-					}
-				case <-done:
-					return
-				}
-			}
-		})
-		bc.clients = append(bc.clients, c)
-	}
-	bc.stop = func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, c := range bc.clients {
-			_ = c.Stop(sctx)
-		}
-		for _, u := range unsubs {
-			u()
-		}
-		close(done)
-		wg.Wait()
-	}
-	for _, c := range bc.clients {
-		if err := c.Start(ctx); err != nil {
-			bc.stop()
-			return nil, err
-		}
-	}
-	return bc, nil
 }
 
 // progress draws a bar on a terminal, or prints the phase once elsewhere.
@@ -339,196 +253,84 @@ func (b *bencher) progress(phase string, frac func() (float64, string)) func() {
 }
 
 func (b *bencher) drain(ctx context.Context) (benchDrain, error) {
-	n := b.o.effects
-	var inserted atomic.Int64
-	lsn, err := benchLSN(ctx, b.workers)
+	r, err := b.runner(nil)
 	if err != nil {
 		return benchDrain{}, err
 	}
-	done := b.progress("insert", func() (float64, string) {
-		return float64(inserted.Load()) / float64(n), fmt.Sprintf("%d/%d effects", inserted.Load(), n)
+	d, err := benchrun.Drain(ctx, b.workers, b.producers, r, benchrun.DrainConfig{
+		Effects: b.o.effects, InsertBatch: b.o.insertBatch, Progress: b.progress,
 	})
-	t0 := time.Now()
-	for i := 0; i < n; i += b.o.insertBatch {
-		k := min(b.o.insertBatch, n-i)
-		if err := b.insert(ctx, k); err != nil {
-			done()
-			return benchDrain{}, err
-		}
-		inserted.Add(int64(k))
-	}
-	insertDur := time.Since(t0)
-	done()
-	walInsert, err := benchWALSince(ctx, b.workers, lsn)
 	if err != nil {
 		return benchDrain{}, err
 	}
-	if lsn, err = benchLSN(ctx, b.workers); err != nil {
-		return benchDrain{}, err
-	}
-	cpu0 := benchCPU()
-	start := time.Now()
-	bc, err := b.start(ctx, nil)
-	if err != nil {
-		return benchDrain{}, err
-	}
-	done = b.progress("drain", func() (float64, string) {
-		c := bc.completed.Load()
-		return float64(c) / float64(n), fmt.Sprintf("%d/%d effects, %.0f/s", c, n, float64(c)/time.Since(start).Seconds())
-	})
-	for bc.completed.Load() < int64(n) && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	elapsed := time.Since(start)
-	cpu := benchCPU() - cpu0
-	done()
-	bc.stop()
-	if err := ctx.Err(); err != nil {
-		return benchDrain{}, err
-	}
-	walDrain, err := benchWALSince(ctx, b.workers, lsn)
-	if err != nil {
-		return benchDrain{}, err
-	}
+	n := float64(d.Effects)
 	return benchDrain{
-		Effects: n, Seconds: elapsed.Seconds(),
-		EffectsPerSecond:        float64(n) / elapsed.Seconds(),
-		InsertEffectsPerSecond:  float64(n) / insertDur.Seconds(),
-		WALBytesPerEffectInsert: walInsert / float64(n),
-		WALBytesPerEffectDrain:  walDrain / float64(n),
-		CPUSecondsPer10k:        cpu.Seconds() / float64(n) * 10000,
+		Effects: d.Effects, Seconds: d.Elapsed.Seconds(),
+		EffectsPerSecond:        n / d.Elapsed.Seconds(),
+		InsertEffectsPerSecond:  n / d.Insert.Seconds(),
+		WALBytesPerEffectInsert: d.WALInsert / n,
+		WALBytesPerEffectDrain:  d.WALDrain / n,
+		CPUSecondsPer10k:        d.CPU.Seconds() / n * 10000,
 	}, nil
 }
 
 func (b *bencher) runSustained(ctx context.Context) (benchSustained, error) {
-	bc, err := b.start(ctx, nil)
+	r, err := b.runner(nil)
 	if err != nil {
 		return benchSustained{}, err
 	}
-	defer bc.stop()
-	start := time.Now()
-	pctx, cancel := context.WithDeadline(ctx, start.Add(b.o.sustained))
-	defer cancel()
-	done := b.progress("sustained", func() (float64, string) {
-		return time.Since(start).Seconds() / b.o.sustained.Seconds(), fmt.Sprintf("%d completed", bc.completed.Load())
+	if err := r.Start(ctx); err != nil {
+		return benchSustained{}, err
+	}
+	defer b.stop(ctx, r)
+	s, err := benchrun.Sustained(ctx, b.producers, r, benchrun.SustainedConfig{
+		Duration: b.o.sustained, Producers: b.o.producers, ProducerBatch: b.o.producerBatch, Progress: b.progress,
 	})
-	var inserted atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range b.o.producers {
-		wg.Go(func() {
-			for pctx.Err() == nil {
-				if err := b.insert(pctx, b.o.producerBatch); err != nil {
-					if pctx.Err() == nil {
-						once.Do(func() { firstErr = err })
-					}
-					return
-				}
-				inserted.Add(int64(b.o.producerBatch))
-			}
-		})
-	}
-	<-pctx.Done()
-	elapsed := time.Since(start)
-	completed, ins := bc.completed.Load(), inserted.Load()
-	wg.Wait()
-	done()
-	if firstErr != nil {
-		return benchSustained{}, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	if err != nil {
 		return benchSustained{}, err
 	}
 	return benchSustained{
-		Seconds:            elapsed.Seconds(),
-		CompletedPerSecond: float64(completed) / elapsed.Seconds(),
-		InsertedPerSecond:  float64(ins) / elapsed.Seconds(),
-		Backlog:            ins - completed,
+		Seconds:            s.Elapsed.Seconds(),
+		CompletedPerSecond: float64(s.Completed) / s.Elapsed.Seconds(),
+		InsertedPerSecond:  float64(s.Inserted) / s.Elapsed.Seconds(),
+		Backlog:            s.Inserted - s.Completed,
 	}, nil
 }
 
 func (b *bencher) runLatency(ctx context.Context) (benchLatency, error) {
-	var mu sync.Mutex
-	commits, starts := map[int64]time.Time{}, map[int64]time.Time{}
-	bc, err := b.start(ctx, func(id int64) {
-		now := time.Now()
-		mu.Lock()
-		if _, ok := starts[id]; !ok {
-			starts[id] = now
-		}
-		mu.Unlock()
+	starts := benchrun.NewStamps()
+	r, err := b.runner(func(id int64) { starts.Set(id, time.Now(), true) })
+	if err != nil {
+		return benchLatency{}, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return benchLatency{}, err
+	}
+	defer b.stop(ctx, r)
+	l, err := benchrun.Latency(ctx, b.producers, r, starts, benchrun.LatencyConfig{
+		Rate: b.o.rate, Duration: b.o.latency, Producers: b.o.latencyProducer,
+		Settle: 500 * time.Millisecond, Wait: 30 * time.Second, Progress: b.progress,
 	})
 	if err != nil {
 		return benchLatency{}, err
 	}
-	defer bc.stop()
-	time.Sleep(500 * time.Millisecond) // LISTEN is up
-	interval := time.Duration(float64(time.Second) / b.o.rate)
-	total := int64(b.o.latency / interval)
-	var next, produced atomic.Int64
-	var firstErr error
-	var once sync.Once
-	start := time.Now()
-	done := b.progress("latency", func() (float64, string) {
-		return float64(produced.Load()) / float64(total), fmt.Sprintf("%d enqueued", produced.Load())
-	})
-	var wg sync.WaitGroup
-	for range b.o.latencyProducer {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= total || ctx.Err() != nil {
-					return
-				}
-				time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
-				var id int64
-				err := pgx.BeginFunc(ctx, b.producers, func(tx pgx.Tx) error {
-					var err error
-					id, err = pgoutbox.Enqueue(ctx, tx, b.effect())
-					return err
-				})
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				now := time.Now()
-				mu.Lock()
-				commits[id] = now
-				mu.Unlock()
-				produced.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	done()
-	if firstErr != nil {
-		return benchLatency{}, firstErr
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for bc.completed.Load() < produced.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
-	mu.Lock()
-	var lat []float64
-	for id, c := range commits {
-		if s, ok := starts[id]; ok {
-			lat = append(lat, float64(s.Sub(c))/float64(time.Millisecond))
-		}
-	}
-	mu.Unlock()
-	slices.Sort(lat)
 	claimP99, err := store.ClaimLatencyP99(ctx, b.workers, b.queue)
 	if err != nil {
 		return benchLatency{}, err
 	}
 	return benchLatency{
-		Rate: b.o.rate, AchievedRate: float64(produced.Load()) / elapsed.Seconds(),
-		CommitToStartP50Ms: benchPercentile(lat, 0.5), CommitToStartP99Ms: benchPercentile(lat, 0.99),
-		ClaimLatencyP99Ms: claimP99, DeliveriesMeasured: len(lat),
-		EffectsNotDelivered: produced.Load() - bc.completed.Load(),
+		Rate: b.o.rate, AchievedRate: float64(l.Produced) / l.Elapsed.Seconds(),
+		CommitToStartP50Ms: benchPercentile(l.StartMs, 0.5), CommitToStartP99Ms: benchPercentile(l.StartMs, 0.99),
+		ClaimLatencyP99Ms: claimP99, DeliveriesMeasured: len(l.StartMs),
+		EffectsNotDelivered: l.Produced - r.Completed().Load(),
 	}, nil
+}
+
+// stop stops the bench Clients, giving them 30s even when ctx has ended.
+func (b *bencher) stop(ctx context.Context, r benchrun.Runner) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchrun.StopTimeout)
+	defer cancel()
+	_ = r.Stop(sctx)
 }
 
 // cleanup deletes the bench queue's rows in small batches: its effects,
@@ -542,32 +344,13 @@ func (b *bencher) cleanup() {
 	}
 }
 
-func benchLSN(ctx context.Context, db *pgxpool.Pool) (string, error) {
-	var lsn string
-	err := db.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
-	return lsn, err
-}
-
-func benchWALSince(ctx context.Context, db *pgxpool.Pool, lsn string) (float64, error) {
-	var d float64
-	err := db.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", lsn).Scan(&d)
-	return d, err
-}
-
-func benchCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
+// benchPercentile is benchrun.Percentile with 0 for no values (JSON has no
+// NaN).
 func benchPercentile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
+	return benchrun.Percentile(sorted, q)
 }
 
 func benchIsTerminal(w io.Writer) bool {

@@ -28,7 +28,7 @@ type filterFlags struct{ f ops.Filter }
 
 func (ff *filterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&ff.f.Queue, "queue", "", "only this queue (compared literally)")
-	cmd.Flags().StringVar(&ff.f.EffectType, "effect-type", "", "only this effect type (compared literally)")
+	cmd.Flags().StringVar(&ff.f.Type, "effect-type", "", "only this effect type (compared literally)")
 }
 
 // stalledAfterFlag registers --stalled-after, defaulting to

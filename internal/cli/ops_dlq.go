@@ -56,7 +56,7 @@ func printDeadLetters(g *globals, page *ops.DeadLetterPage) error {
 		if d.DeadLetteredAt != nil {
 			at = d.DeadLetteredAt.UTC().Format(time.RFC3339)
 		}
-		row(tw, d.ID, cell(d.Queue, 40), cell(d.EffectType, 40), cell(d.Subject.String(), 80),
+		row(tw, d.ID, cell(d.Queue, 40), cell(d.Type, 40), cell(d.Subject.String(), 80),
 			fmt.Sprintf("%d/%d", d.Attempts, d.MaxAttempts), at, cell(d.LastError, 100))
 	}
 	if err := tw.Flush(); err != nil {
@@ -127,7 +127,7 @@ func printReplay(g *globals, res *ops.ReplayResult) error {
 		tw := newTable(g.stdout)
 		row(tw, "ID", "QUEUE", "EFFECT TYPE", "STATE")
 		for _, m := range res.Replayed {
-			row(tw, m.ID, cell(m.Queue, 40), cell(m.EffectType, 40), m.State)
+			row(tw, m.ID, cell(m.Queue, 40), cell(m.Type, 40), m.State)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -47,7 +47,7 @@ func printRequeue(g *globals, res *ops.RequeueResult) error {
 		tw := newTable(g.stdout)
 		row(tw, "ID", "QUEUE", "EFFECT TYPE", "LEASE OWNER", "HELD FOR", "NOW")
 		for _, m := range res.Requeued {
-			row(tw, m.ID, cell(m.Queue, 40), cell(m.EffectType, 40), cell(m.LeaseOwner, 40), age(m.LeaseHeldSeconds), m.State)
+			row(tw, m.ID, cell(m.Queue, 40), cell(m.Type, 40), cell(m.LeaseOwner, 40), age(m.LeaseHeldSeconds), m.State)
 			byState[m.State]++
 		}
 		if err := tw.Flush(); err != nil {

@@ -56,7 +56,7 @@ func printStatus(g *globals, s *ops.Snapshot, byType bool) error {
 	for _, c := range rows {
 		cells := line(c.Queue, c)
 		if byType {
-			cells = append([]any{cells[0], c.EffectType}, cells[1:]...)
+			cells = append([]any{cells[0], c.Type}, cells[1:]...)
 		}
 		row(tw, cells...)
 	}

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -84,74 +82,7 @@ in with that token instead (a session cookie); without it the console is
 read-only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			e, err := g.openEngine(ctx, &eng, nil)
-			if err != nil {
-				return err
-			}
-			defer e.pool.Close()
-			log, pool, reg, cfg, apps := e.log, e.pool, e.reg, e.cfg, e.apps
-			client, err := pgoutbox.NewClient(pool, cfg)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
-			defer startOps(ctx, g, pool, reg, client.ID())() // gauges on reg; aggregate samples (internal/ops)
-			srv := server.NewWithOptions(log, reg, operatorOptions(operatorAddr))
-			for _, app := range apps {
-				if app.routes != nil {
-					app.routes(srv)
-				}
-			}
-			if err := mountConsole(srv, pool, log); err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("listen on %s: %w", addr, err)}
-			}
-			var opLn net.Listener
-			if operatorAddr != "" {
-				if opLn, err = net.Listen("tcp", operatorAddr); err != nil {
-					_ = ln.Close()
-					return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--operator-addr %s: %w", operatorAddr, err)}
-				}
-			}
-			if err := client.Start(ctx); err != nil {
-				_ = ln.Close()
-				if opLn != nil {
-					_ = opLn.Close()
-				}
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
-			stopComponents := runComponents(ctx, apps, log)
-			errc := make(chan error, 2)
-			go func() { errc <- srv.Serve(ln) }()
-			if opLn != nil {
-				go func() { errc <- srv.ServeOperator(opLn) }()
-			}
-			srv.SetReady(true)
-			log.Info("serving", "addr", "http://"+ln.Addr().String())
-			fmt.Fprintf(g.stdout, "pgoutbox serving on http://%s (Ctrl-C to stop)\n", ln.Addr())
-			reportOperatorRoutes(g, log, opLn)
-
-			var serveErr error
-			select {
-			case <-ctx.Done():
-			case serveErr = <-errc:
-			}
-			log.Info("shutting down")
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eng.stopTimeout)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-			if err := client.Stop(sctx); err != nil {
-				log.Warn("worker shutdown", "err", err)
-			}
-			stopComponents()
-			if serveErr != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: serveErr}
-			}
-			return nil
+			return runServe(cmd.Context(), g, &eng, addr, operatorAddr)
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", envOr("PGOUTBOX_ADDR", "127.0.0.1:8080"),
@@ -160,6 +91,56 @@ read-only.`,
 		"serve /metrics and /workers only on this address, not on --addr (env PGOUTBOX_OPERATOR_ADDR; bearer PGOUTBOX_OPERATOR_TOKEN when set)")
 	eng.register(cmd)
 	return cmd
+}
+
+// runServe is serve's process: runProcess with the HTTP server. Its
+// listeners open before the client starts; it serves once the client and
+// the components run, and drains its requests first at the graceful stop.
+func runServe(ctx context.Context, g *globals, eng *engineFlags, addr, operatorAddr string) error {
+	var srv *server.Server
+	var ln, opLn net.Listener
+	return runProcess(ctx, g, eng, processHooks{
+		bind: func(e *engine) (func(), error) {
+			srv = server.NewWithOptions(e.log, e.reg, operatorOptions(operatorAddr))
+			for _, app := range e.apps {
+				if app.routes != nil {
+					app.routes(srv)
+				}
+			}
+			if err := mountConsole(srv, e.pool, e.log); err != nil {
+				return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
+			}
+			var err error
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				return nil, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("listen on %s: %w", addr, err)}
+			}
+			if operatorAddr != "" {
+				if opLn, err = net.Listen("tcp", operatorAddr); err != nil {
+					_ = ln.Close()
+					return nil, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--operator-addr %s: %w", operatorAddr, err)}
+				}
+			}
+			return func() {
+				_ = ln.Close()
+				if opLn != nil {
+					_ = opLn.Close()
+				}
+			}, nil
+		},
+		started: func(_ context.Context, e *engine) (<-chan error, error) {
+			errc := make(chan error, 2)
+			go func() { errc <- srv.Serve(ln) }()
+			if opLn != nil {
+				go func() { errc <- srv.ServeOperator(opLn) }()
+			}
+			srv.SetReady(true)
+			e.log.Info("serving", "addr", "http://"+ln.Addr().String())
+			fmt.Fprintf(g.stdout, "pgoutbox serving on http://%s (Ctrl-C to stop)\n", ln.Addr())
+			reportOperatorRoutes(g, e.log, opLn)
+			return errc, nil
+		},
+		shutdown: func(ctx context.Context) { _ = srv.Shutdown(ctx) },
+	})
 }
 
 // operatorOptions places the operator routes (/metrics, /workers): only on

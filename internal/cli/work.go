@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -101,118 +99,121 @@ window is shorter than the retry horizon. See docs/scale-out.md.`,
 	return cmd
 }
 
-func runWork(parent context.Context, g *globals, eng *engineFlags, nf *natsFlags) error {
-	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	e, err := g.openEngine(ctx, eng, nil)
-	if err != nil {
-		return err
-	}
-	defer e.pool.Close()
-	log, pool, reg, cfg, apps := e.log, e.pool, e.reg, e.cfg, e.apps
+// runWork is work's process: runProcess with, for --relay or --from, the
+// NATS relay and consumer (startBroker) and, with --metrics-addr, a
+// /metrics listener once the client runs. The in-process client works the
+// other queues and runs the sweeper, which also recovers relay and consumer
+// leases.
+func runWork(ctx context.Context, g *globals, eng *engineFlags, nf *natsFlags) error {
+	var metrics *server.Server
+	return runProcess(ctx, g, eng, processHooks{
+		configure: func(ctx context.Context, e *engine, next func() error) error {
+			if nf.relay == "" && nf.from == "" {
+				return next()
+			}
+			return startBroker(ctx, g, eng, nf, e, next)
+		},
+		started: func(_ context.Context, e *engine) (<-chan error, error) {
+			if nf.metricsAddr != "" {
+				// /metrics and the probes; no application routes. /metrics is an
+				// operator route: behind PGOUTBOX_OPERATOR_TOKEN when set.
+				srv := server.NewWithOptions(e.log, e.reg, operatorOptions(""))
+				ln, err := net.Listen("tcp", nf.metricsAddr)
+				if err != nil {
+					return nil, &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--metrics-addr %s: %w", nf.metricsAddr, err)}
+				}
+				go func() { _ = srv.Serve(ln) }()
+				srv.SetReady(true)
+				metrics = srv
+				fmt.Fprintf(g.stdout, "pgoutbox metrics on http://%s/metrics\n", ln.Addr())
+			}
+			fmt.Fprintf(g.stdout, "pgoutbox working %d in-process queues (Ctrl-C to stop)\n", len(e.cfg.Queues))
+			return nil, nil
+		},
+		shutdown: func(ctx context.Context) {
+			if metrics != nil {
+				_ = metrics.Shutdown(ctx)
+			}
+		},
+	})
+}
 
-	broker := nf.relay != "" || nf.from != ""
+// startBroker connects to NATS and starts the relay (--relay) and the
+// consumer (--from) of the relayed queues, which it takes out of e.cfg so
+// that the in-process client does not claim them; then runs next, and
+// stops them when it returns.
+func startBroker(ctx context.Context, g *globals, eng *engineFlags, nf *natsFlags, e *engine, next func() error) error {
+	log, pool, reg, cfg := e.log, e.pool, e.reg, &e.cfg
 	var relay *pgnats.Relay
 	var consumer *pgnats.Consumer
-	if broker {
-		nc, err := natsgo.Connect(nf.url, natsgo.Name("pgoutbox work"), natsgo.MaxReconnects(-1))
-		if err != nil {
-			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("connect to NATS at %s: %w", nf.url, err)}
+	nc, err := natsgo.Connect(nf.url, natsgo.Name("pgoutbox work"), natsgo.MaxReconnects(-1))
+	if err != nil {
+		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("connect to NATS at %s: %w", nf.url, err)}
+	}
+	defer nc.Close()
+	queues := nf.relayQueues
+	if len(queues) == 0 {
+		queues = slices.Sorted(maps.Keys(cfg.Queues))
+	}
+	// Every relay loop publishes a whole batch before it waits for the
+	// acks: let them all be in flight.
+	inflight := max(4000, 2*nf.relayBatch*pgnats.RelayConcurrencyDefault*len(queues))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(inflight))
+	if err != nil {
+		return &ExitError{Code: ExitCouldNotRun, Err: err}
+	}
+	if !slices.ContainsFunc(cfg.Types, func(t pgoutbox.EffectType) bool { return t.Name == pgnats.PublishTypeName }) {
+		cfg.Types = append(cfg.Types, pgnats.PublishType(js))
+	}
+	if len(queues) == 0 {
+		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("no queues to relay: set --relay-queues (no application with queues is configured)")}
+	}
+	// Relayed queues are not claimed in-process: the relay claims them,
+	// and consumers deliver them.
+	consumed := map[string]pgoutbox.QueueConfig{}
+	for _, q := range queues {
+		qc := cfg.Queues[q]
+		if nf.consumerConc > 0 {
+			qc.Concurrency = nf.consumerConc
 		}
-		defer nc.Close()
-		queues := nf.relayQueues
-		if len(queues) == 0 {
-			queues = slices.Sorted(maps.Keys(cfg.Queues))
+		qc.ClaimBatch = 0
+		if qc.DeliveryTimeout >= eng.lease {
+			qc.DeliveryTimeout = 0
 		}
-		// Every relay loop publishes a whole batch before it waits for the
-		// acks: let them all be in flight.
-		inflight := max(4000, 2*nf.relayBatch*pgnats.RelayConcurrencyDefault*len(queues))
-		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(inflight))
+		consumed[q] = qc
+		delete(cfg.Queues, q)
+	}
+	policy := pgnats.RetryPolicy{MaxAttempts: nf.maxAttempts, BackoffCap: eng.backoffCap, LeaseDuration: eng.lease}
+	stream := pgnats.Stream{Name: nf.stream, SubjectPrefix: nf.prefix}
+	if nf.relay != "" {
+		relay, err = pgnats.NewRelay(pool, js, pgnats.RelayConfig{
+			Queues: queues, Stream: stream, Retry: policy, Batch: nf.relayBatch,
+			PollInterval: eng.poll, Logger: log, Registerer: reg,
+		})
+		if err == nil {
+			err = relay.Start(ctx)
+		}
 		if err != nil {
 			return &ExitError{Code: ExitCouldNotRun, Err: err}
 		}
-		if !slices.ContainsFunc(cfg.Types, func(t pgoutbox.EffectType) bool { return t.Name == pgnats.PublishTypeName }) {
-			cfg.Types = append(cfg.Types, pgnats.PublishType(js))
-		}
-		if len(queues) == 0 {
-			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("no queues to relay: set --relay-queues (no application with queues is configured)")}
-		}
-		// Relayed queues are not claimed in-process: the relay claims them,
-		// and consumers deliver them.
-		consumed := map[string]pgoutbox.QueueConfig{}
-		for _, q := range queues {
-			qc := cfg.Queues[q]
-			if nf.consumerConc > 0 {
-				qc.Concurrency = nf.consumerConc
-			}
-			qc.ClaimBatch = 0
-			if qc.DeliveryTimeout >= eng.lease {
-				qc.DeliveryTimeout = 0
-			}
-			consumed[q] = qc
-			delete(cfg.Queues, q)
-		}
-		policy := pgnats.RetryPolicy{MaxAttempts: nf.maxAttempts, BackoffCap: eng.backoffCap, LeaseDuration: eng.lease}
-		stream := pgnats.Stream{Name: nf.stream, SubjectPrefix: nf.prefix}
-		if nf.relay != "" {
-			relay, err = pgnats.NewRelay(pool, js, pgnats.RelayConfig{
-				Queues: queues, Stream: stream, Retry: policy, Batch: nf.relayBatch,
-				PollInterval: eng.poll, Logger: log, Registerer: reg,
-			})
-			if err == nil {
-				err = relay.Start(ctx)
-			}
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
-			defer stopWithin(eng.stopTimeout, relay.Stop)
-			fmt.Fprintf(g.stdout, "pgoutbox relaying %s to NATS stream %s at %s\n", strings.Join(queues, ", "), nf.stream, nf.url)
-		}
-		if nf.from != "" {
-			consumer, err = pgnats.NewConsumer(pool, js, pgnats.ConsumerConfig{
-				Queues: consumed, Types: cfg.Types, Stream: stream, Retry: policy, Durable: nf.durable,
-				AckWait: nf.ackWait, Logger: log, Registerer: reg,
-			})
-			if err == nil {
-				err = consumer.Start(ctx)
-			}
-			if err != nil {
-				return &ExitError{Code: ExitCouldNotRun, Err: err}
-			}
-			defer stopWithin(eng.stopTimeout, consumer.Stop)
-			fmt.Fprintf(g.stdout, "pgoutbox delivering %s from NATS stream %s at %s\n", strings.Join(queues, ", "), nf.stream, nf.url)
-		}
+		defer stopWithin(eng.stopTimeout, relay.Stop)
+		fmt.Fprintf(g.stdout, "pgoutbox relaying %s to NATS stream %s at %s\n", strings.Join(queues, ", "), nf.stream, nf.url)
 	}
-
-	// The in-process client works the other queues and runs the sweeper,
-	// which also recovers relay and consumer leases.
-	client, err := pgoutbox.NewClient(pool, cfg)
-	if err != nil {
-		return &ExitError{Code: ExitCouldNotRun, Err: err}
-	}
-	defer startOps(ctx, g, pool, reg, client.ID())()
-	if err := client.Start(ctx); err != nil {
-		return &ExitError{Code: ExitCouldNotRun, Err: err}
-	}
-	defer stopWithin(eng.stopTimeout, client.Stop)
-	defer runComponents(ctx, apps, log)()
-	if nf.metricsAddr != "" {
-		// /metrics and the probes; no application routes. /metrics is an
-		// operator route: behind PGOUTBOX_OPERATOR_TOKEN when set.
-		srv := server.NewWithOptions(log, reg, operatorOptions(""))
-		ln, err := net.Listen("tcp", nf.metricsAddr)
+	if nf.from != "" {
+		consumer, err = pgnats.NewConsumer(pool, js, pgnats.ConsumerConfig{
+			Queues: consumed, Types: cfg.Types, Stream: stream, Retry: policy, Durable: nf.durable,
+			AckWait: nf.ackWait, Logger: log, Registerer: reg,
+		})
+		if err == nil {
+			err = consumer.Start(ctx)
+		}
 		if err != nil {
-			return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("--metrics-addr %s: %w", nf.metricsAddr, err)}
+			return &ExitError{Code: ExitCouldNotRun, Err: err}
 		}
-		go func() { _ = srv.Serve(ln) }()
-		srv.SetReady(true)
-		defer stopWithin(eng.stopTimeout, srv.Shutdown)
-		fmt.Fprintf(g.stdout, "pgoutbox metrics on http://%s/metrics\n", ln.Addr())
+		defer stopWithin(eng.stopTimeout, consumer.Stop)
+		fmt.Fprintf(g.stdout, "pgoutbox delivering %s from NATS stream %s at %s\n", strings.Join(queues, ", "), nf.stream, nf.url)
 	}
-	fmt.Fprintf(g.stdout, "pgoutbox working %d in-process queues (Ctrl-C to stop)\n", len(cfg.Queues))
-	<-ctx.Done()
-	log.Info("shutting down")
-	return nil
+	return next()
 }
 
 // stopWithin calls stop with a context bounded by d, logging nothing: each

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/cli"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -107,7 +108,7 @@ func TestWorkRelaysToNATS(t *testing.T) {
 	}()
 	handedOver := func() int64 {
 		var n int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, handoff.Owner).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	"github.com/pgoutbox/pgoutbox/internal/browsertest"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // screenshotDirs are where the browser test saves its screenshots:
@@ -48,8 +49,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.exec(t, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, state, completed_at)
 		SELECT 'outbox_events', 'solr.index', 'record:r' || g, jsonb_build_object('record_id', 'r' || g), 'completed', now()
 		FROM generate_series(1, 12) g`)
-	dead := e.deadLetter(t, "outbox_events", "record:r13", "solr: update: HTTP 401: require authentication",
-		`{"record_id": "r13", "title": "Browser record", "solr_auth_token": "s3cr3t-value"}`)
+	// The dead letter fails three times through the engine's own
+	// statements, so its page shows each attempt.
+	var dead int64
+	if err := e.pool.QueryRow(e.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, max_attempts)
+		VALUES ('outbox_events', 'solr.index', 'record:r13', $1, 3) RETURNING id`,
+		`{"record_id": "r13", "title": "Browser record", "solr_auth_token": "s3cr3t-value"}`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	for i, msg := range []string{"solr: update: HTTP 503: service unavailable", "solr: update: HTTP 401: require authentication",
+		"solr: update: HTTP 401: require authentication"} {
+		cs, err := store.Claim(e.ctx, e.pool, "outbox_events", "worker-"+strconv.Itoa(i+1), 1, time.Minute)
+		if err != nil || len(cs) != 1 || cs[0].ID != dead {
+			t.Fatalf("claim %d: %v %v", i+1, cs, err)
+		}
+		if _, _, err := store.Fail(e.ctx, e.pool, store.Fence{ID: dead, Token: cs[0].Token, Type: cs[0].Type}, store.FailRetry, 0, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rec := e.reconciliationRecord(t, controlplane.QueueOutbox)
 	for m := range 60 {
 		e.sample(t, "outbox_events", m, int64(30+m%7*10), float64(m%11))
@@ -111,11 +128,58 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("overview: queues %q, charts %q", got, charts)
 	}
 	shot("overview")
+
+	// Live refresh: a queue that appears in the database appears on the
+	// open overview, without a reload (the page's own marker survives).
+	mark := func() {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__notReloaded = true`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notReloaded := func(where string) {
+		t.Helper()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__notReloaded === true`))
+		if err != nil || !ok {
+			t.Fatalf("%s: the page was reloaded (%v): live refresh must replace parts of it", where, err)
+		}
+	}
+	mark()
+	e.exec(t, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key) VALUES ('live_queue', 'live.type', 'live-1')`)
+	run("the new queue appears", chromedp.WaitVisible(chromedp.CSS(`#queues tr[data-queue="live_queue"]`)))
+	notReloaded("overview")
+
 	run("effects", chromedp.Click(chromedp.CSS(`header a[href="/console/effects"]`)), chromedp.WaitVisible(chromedp.CSS("#effects")))
-	if got, rows := text("#operator"), countRows(); got != "alice" || rows != 14 {
-		t.Fatalf("after sign-in: operator %q, %d rows, want alice and 14", got, rows)
+	if got, rows := text("#operator"), countRows(); got != "alice" || rows != 15 {
+		t.Fatalf("after sign-in: operator %q, %d rows, want alice and 15", got, rows)
 	}
 	shot("effects")
+
+	// On the effects list: pause, add an effect, type into the filter form
+	// (not submitted), resume; the new row appears at once, the typed
+	// value is still there and the page was not reloaded.
+	mark()
+	run("pause", chromedp.Click(chromedp.CSS("#live-toggle")), chromedp.WaitVisible(chromedp.CSS(`#live[data-live-state="paused"]`)))
+	if got := text("#live-toggle"); got != "Resume live refresh" {
+		t.Fatalf("paused toggle says %q", got)
+	}
+	var liveID int64
+	if err := e.pool.QueryRow(e.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key)
+		VALUES ('live_queue', 'live.type', 'live-2') RETURNING id`).Scan(&liveID); err != nil {
+		t.Fatal(err)
+	}
+	run("type and resume",
+		chromedp.SendKeys(chromedp.CSS(`#filters input[name="type"]`), "half-typed"),
+		chromedp.Click(chromedp.CSS("#live-toggle")),
+		chromedp.WaitVisible(chromedp.CSS(`#effects tr[data-id="`+strconv.FormatInt(liveID, 10)+`"]`)))
+	typed, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#filters input[name="type"]').value`))
+	if err != nil || typed != "half-typed" {
+		t.Fatalf("the filter form lost what was typed: %q %v", typed, err)
+	}
+	notReloaded("effects")
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#filters input[name="type"]').value = ''`)); err != nil {
+		t.Fatal(err)
+	}
 
 	// Filter by error text: only the dead letter is left.
 	run("filter",
@@ -141,6 +205,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st, payload := text("#state"), text("#payload"); st != "dead_letter" || strings.Contains(payload, "s3cr3t") ||
 		!strings.Contains(payload, "[redacted]") || !strings.Contains(text("#subject"), "record r13") {
 		t.Fatalf("dead letter page: state %q, payload %q", st, payload)
+	}
+	if tl := text("#timeline"); !strings.Contains(tl, "attempt 1 failed → retrying") || !strings.Contains(tl, "HTTP 503") ||
+		!strings.Contains(tl, "attempt 3 failed → dead_letter") || !strings.Contains(tl, "worker-2") {
+		t.Fatalf("timeline: %q", tl)
 	}
 	shot("effect")
 

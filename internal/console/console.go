@@ -6,8 +6,13 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,9 +62,33 @@ type Config struct {
 	Logger *slog.Logger
 	// SessionTTL is a session's lifetime; 0 means SessionTTLDefault.
 	SessionTTL time.Duration
-	// Now is the clock of session expiry; nil means time.Now.
+	// Now is the clock of session expiry and of the sign-in limit; nil
+	// means time.Now.
 	Now func() time.Time
+	// LiveRefresh is how often the queues overview and the effects list
+	// refresh themselves in the browser; 0 means LiveRefreshDefault, a
+	// negative value turns live refresh off.
+	LiveRefresh time.Duration
+	// SignInFailuresMax wrong tokens from one client IP within
+	// SignInWindow make every further sign-in from it answer 429 until
+	// the window ends; 0 means SignInFailuresMaxDefault and
+	// SignInWindowDefault.
+	SignInFailuresMax int
+	SignInWindow      time.Duration
 }
+
+// LiveRefreshDefault is Config.LiveRefresh's default.
+const LiveRefreshDefault = 5 * time.Second
+
+// Sign-in limit defaults: 5 wrong tokens per client IP per 5 minutes.
+const (
+	SignInFailuresMaxDefault = 5
+	SignInWindowDefault      = 5 * time.Minute
+)
+
+// signInClientsMax bounds the failed-sign-in table: past it, the entries
+// whose window ended are dropped, and when none has, the oldest goes.
+const signInClientsMax = 10000
 
 // Console serves the console's pages and actions.
 type Console struct {
@@ -67,7 +96,15 @@ type Console struct {
 	mux *http.ServeMux
 
 	mu       sync.Mutex
-	sessions map[string]*session // by digest of the session id
+	sessions map[string]*session  // by digest of the session id
+	failures map[string]*failures // failed sign-ins by client IP
+}
+
+// failures counts one client's wrong tokens in a window that starts at
+// the first of them.
+type failures struct {
+	n     int
+	start time.Time
 }
 
 // session is one signed-in operator.
@@ -94,7 +131,16 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}}
+	if cfg.LiveRefresh == 0 {
+		cfg.LiveRefresh = LiveRefreshDefault
+	}
+	if cfg.SignInFailuresMax <= 0 {
+		cfg.SignInFailuresMax = SignInFailuresMaxDefault
+	}
+	if cfg.SignInWindow <= 0 {
+		cfg.SignInWindow = SignInWindowDefault
+	}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, failures: map[string]*failures{}}
 	c.routes()
 	return c, nil
 }
@@ -108,11 +154,12 @@ func (c *Console) ReadOnly() bool { return c.cfg.OperatorToken == "" }
 func (c *Console) routes() {
 	read := func(p string, h http.HandlerFunc) { c.mux.Handle("GET "+p, c.requireRead(h)) }
 	act := func(p string, h func(http.ResponseWriter, *http.Request, *session)) {
-		c.mux.Handle("POST "+p, c.requireAction(h))
+		c.mux.Handle("POST "+p, c.sameOrigin(c.requireAction(h)))
 	}
 	c.mux.HandleFunc("GET /console/signin", c.signinPage)
-	c.mux.HandleFunc("POST /console/signin", c.signin)
-	c.mux.Handle("POST /console/signout", c.requireAction(c.signout))
+	c.mux.Handle("POST /console/signin", c.sameOrigin(http.HandlerFunc(c.signin)))
+	c.mux.HandleFunc("GET /console/live.js", liveScript)
+	c.mux.Handle("POST /console/signout", c.sameOrigin(c.requireAction(c.signout)))
 	read("/console/{$}", c.overviewPage)
 	read("/console/effects", c.effectsPage)
 	read("/console/effects/{id}", c.effectPage)
@@ -209,16 +256,29 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusForbidden, "The console is read-only: PGOUTBOX_OPERATOR_TOKEN is not set, so nobody can sign in.")
 		return
 	}
+	ip := clientIP(r)
+	if wait := c.signInBlocked(ip, c.cfg.Now()); wait > 0 {
+		secs := int64(math.Ceil(wait.Seconds()))
+		c.cfg.Logger.Warn("console sign-in refused: too many wrong tokens", "remote", r.RemoteAddr, "retry_after_s", secs)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		c.render(w, r, http.StatusTooManyRequests, "signin", "Sign in",
+			fmt.Sprintf("Too many wrong tokens from your address: try again in %d s.", secs))
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		c.refuse(w, r, http.StatusBadRequest, "Unreadable form.")
 		return
 	}
 	if !httpx.TokenMatches(r.PostForm.Get("token"), c.cfg.OperatorToken) {
+		c.signInFailed(ip, c.cfg.Now())
 		c.cfg.Logger.Warn("console sign-in refused: wrong operator token", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusForbidden, "signin", "Sign in", "Wrong operator token.")
 		return
 	}
+	c.mu.Lock()
+	delete(c.failures, ip) // a right token forgives the wrong ones before it
+	c.mu.Unlock()
 	label := strings.TrimSpace(r.PostForm.Get("operator"))
 	if label == "" {
 		label = "operator"
@@ -252,4 +312,91 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *session) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+}
+
+// sameOrigin refuses (403, before anything is read or changed) a POST whose
+// Origin header, or Referer when there is no Origin, names another host
+// than the one the request was sent to. A request with neither header (a
+// script, curl) passes on to the session and CSRF checks. The scheme is
+// not compared: behind a proxy that terminates TLS the browser's origin is
+// https while the request reaching pgoutbox is plain HTTP.
+func (c *Console) sameOrigin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from, header := r.Header.Get("Origin"), "Origin"
+		if from == "" {
+			from, header = r.Header.Get("Referer"), "Referer"
+		}
+		if from != "" {
+			u, err := url.Parse(from)
+			if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+				c.cfg.Logger.Warn("console POST refused: cross-origin", "path", r.URL.Path, "header", header,
+					"from", short(from, 200), "remote", r.RemoteAddr)
+				c.refuse(w, r, http.StatusForbidden, "Cross-origin request refused: the console accepts forms only from its own pages.")
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// clientIP is the request's peer address without the port. Forwarded
+// headers are not trusted: behind a reverse proxy every client shares the
+// proxy's address, and so its sign-in limit.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// signInBlocked reports how long ip must wait before its next sign-in, 0
+// when it may try now.
+func (c *Console) signInBlocked(ip string, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.failures[ip]
+	if f == nil {
+		return 0
+	}
+	end := f.start.Add(c.cfg.SignInWindow)
+	if !now.Before(end) {
+		delete(c.failures, ip)
+		return 0
+	}
+	if f.n < c.cfg.SignInFailuresMax {
+		return 0
+	}
+	return end.Sub(now)
+}
+
+// signInFailed counts a wrong token from ip.
+func (c *Console) signInFailed(ip string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.failures[ip]
+	if f == nil || !now.Before(f.start.Add(c.cfg.SignInWindow)) {
+		if len(c.failures) >= signInClientsMax {
+			c.pruneFailures(now)
+		}
+		f = &failures{start: now}
+		c.failures[ip] = f
+	}
+	f.n++
+}
+
+// pruneFailures drops the entries whose window ended; if none had, the
+// oldest goes. c.mu is held.
+func (c *Console) pruneFailures(now time.Time) {
+	oldest, at := "", now
+	for ip, f := range c.failures {
+		if !now.Before(f.start.Add(c.cfg.SignInWindow)) {
+			delete(c.failures, ip)
+		} else if f.start.Before(at) {
+			oldest, at = ip, f.start
+		}
+	}
+	if len(c.failures) >= signInClientsMax {
+		delete(c.failures, oldest)
+	}
 }

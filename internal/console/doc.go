@@ -2,11 +2,14 @@
 // step) under /console/ where incidents are handled in the browser, grown
 // from the projection's read-only /workers page (docs/console.md).
 //
-// Pages: the effects list (filters: queue, state, type, key prefix, error
-// text; keyset paging by id, newest first), one effect's detail (state,
-// attempts, timeline, last error, the subject, the payload with every value
-// under a credential-like key redacted), the dead letters, the
-// reconciliation records and the audit of every action.
+// Pages: the queues overview, the effects list (filters: queue, state,
+// type, key prefix, error text; keyset paging by id, newest first), one
+// effect's detail (state, attempts, a timeline with each failed attempt
+// from pgoutbox.effect_attempts, last error, the subject, the payload with
+// every value under a credential-like key redacted; errors pass
+// RedactError), the dead letters, the reconciliation records and the audit
+// of every action. The overview and the effects list refresh themselves in
+// place (live.js, embedded; Config.LiveRefresh), with a pause toggle.
 //
 // Actions: replay one, selected or all dead letters of a queue, always in
 // two steps (the second confirms the count, which also caps the replay);
@@ -27,6 +30,11 @@
 //     and refuses every action.
 //   - Every form carries a CSRF token tied to the session; a POST without a
 //     valid session and that token is answered 403 and changes nothing.
+//   - A POST whose Origin (or Referer) names another host is answered 403
+//     before its form is read.
+//   - Wrong tokens are limited per client address (Config.SignInFailuresMax
+//     in Config.SignInWindow); past the limit a sign-in answers 429 with
+//     Retry-After.
 //   - Every action, done or refused, is recorded in pgoutbox.console_audit
 //     (migration 00010): the operator's label, a digest of the session
 //     (never its id), when, what and how many effects changed. A replay's

@@ -23,6 +23,22 @@ import (
 //go:embed templates/*.html
 var templateFS embed.FS
 
+//go:embed static/live.js
+var liveJS []byte
+
+// liveScript serves the live-refresh script (static, no secret: served
+// without a session).
+func liveScript(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(liveJS)
+}
+
+// livePages are the pages that refresh themselves (the ones without a
+// form inside what is refreshed).
+var livePages = map[string]bool{"overview": true, "effects": true}
+
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"when": func(t any) string {
 		switch v := t.(type) {
@@ -37,6 +53,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return "-"
 	},
 	"subject": func(b []byte) string { return ops.ParseSubject(b).String() },
+	"redact":  RedactError,
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -63,18 +80,25 @@ type view struct {
 	Operator string
 	CSRF     string
 	States   []string
+	// Live is the live-refresh interval in milliseconds, 0 on pages that
+	// do not refresh; LiveText says it to the reader.
+	Live     int64
+	LiveText string
 	Data     any
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	v := view{Title: title, ReadOnly: c.ReadOnly(), States: States, Data: data}
+	if livePages[name] && status == http.StatusOK && c.cfg.LiveRefresh > 0 {
+		v.Live, v.LiveText = c.cfg.LiveRefresh.Milliseconds(), c.cfg.LiveRefresh.String()
+	}
 	if s := c.sessionOf(r); s != nil {
 		v.SignedIn, v.Operator, v.CSRF = true, s.operator, s.csrf
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.WriteHeader(status)
@@ -208,6 +232,61 @@ type detailData struct {
 	GitHub       bool
 	Inspection   *controlplane.Inspection
 	InspectError string
+	// Timeline is the effect's history, oldest first: enqueued, each
+	// recorded failed attempt and replay (pgoutbox.effect_attempts), the
+	// last claim, delivery start and the outcome.
+	Timeline []event
+	// TimelineCut: more than AttemptsShown attempts are recorded; only the
+	// newest are shown.
+	TimelineCut bool
+}
+
+// AttemptsShown is how many recorded attempts an effect's page shows (the
+// newest).
+const AttemptsShown = 200
+
+// event is one line of an effect's timeline.
+type event struct {
+	At     time.Time
+	What   string
+	Class  string // "err" for a failure
+	Worker string
+	Detail string // the error, redacted
+}
+
+// timeline merges the row's timestamps and the recorded attempts, oldest
+// first (a stable sort: an attempt that dead-lettered the effect comes
+// before the row's dead_lettered_at of the same instant).
+func timeline(e store.EffectDetail, attempts []store.Attempt) []event {
+	ev := []event{{At: e.CreatedAt, What: "enqueued"}}
+	for _, a := range attempts {
+		x := event{At: a.At, Worker: a.Worker, Detail: RedactError(a.Error), Class: "err"}
+		switch a.Outcome {
+		case "replayed":
+			x.What, x.Class = fmt.Sprintf("replayed by an operator after %d attempt(s): attempts start again", a.Attempt), ""
+		case "retrying":
+			x.What = fmt.Sprintf("attempt %d failed → retrying", a.Attempt)
+		default:
+			x.What = fmt.Sprintf("attempt %d failed → %s", a.Attempt, a.Outcome)
+		}
+		ev = append(ev, x)
+	}
+	add := func(t *time.Time, what, worker string) {
+		if t != nil {
+			ev = append(ev, event{At: *t, What: what, Worker: worker})
+		}
+	}
+	owner := ""
+	if e.LeaseOwner != nil {
+		owner = *e.LeaseOwner
+	}
+	add(e.LeasedAt, fmt.Sprintf("claimed (attempt %d, the latest claim)", e.Attempts), owner)
+	add(e.DeliveryStartedAt, "delivery started", "")
+	add(e.CompletedAt, "completed", "")
+	add(e.DeadLetteredAt, "dead-lettered", "")
+	add(e.ReconciliationAt, "reconciliation required", "")
+	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
+	return ev
 }
 
 func pathID(r *http.Request) (int64, error) {
@@ -236,8 +315,17 @@ func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
 	d := detailData{E: e, Subject: ops.ParseSubject(e.Payload), Payload: RedactPayload(e.Payload),
 		ControlPlane: c.cfg.ControlPlane != nil, GitHub: c.cfg.GitHub}
 	if e.LastError != nil {
-		d.LastError = *e.LastError
+		d.LastError = RedactError(*e.LastError)
 	}
+	attempts, err := store.ListAttempts(r.Context(), c.cfg.Pool, id, AttemptsShown+1)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if len(attempts) > AttemptsShown {
+		attempts, d.TimelineCut = attempts[1:], true
+	}
+	d.Timeline = timeline(e, attempts)
 	if e.Resolution != nil {
 		d.Resolution = RedactPayload(e.Resolution)
 	}

@@ -77,7 +77,12 @@ func TestConsoleHandlesTheDemoIncidents(t *testing.T) {
 	// The dead-lettered record: found by its error text, replayed.
 	deadRow := `#effects tr[data-id="` + strconv.FormatInt(dead, 10) + `"]`
 	run("filter", chromedp.SendKeys(chromedp.CSS(`#filters input[name="error"]`), "year_i"),
-		chromedp.Click(chromedp.CSS("#apply")), chromedp.WaitVisible(chromedp.CSS(deadRow)),
+		// Wait for the filtered page itself (its form echoes the filter):
+		// the unfiltered list may show the same row, and a click on it
+		// would race the filter's navigation.
+		chromedp.Click(chromedp.CSS("#apply")),
+		chromedp.WaitVisible(chromedp.CSS(`#filters input[name="error"][value="year_i"]`)),
+		chromedp.WaitVisible(chromedp.CSS(deadRow)),
 		chromedp.Click(chromedp.CSS(deadRow+" a")), chromedp.WaitVisible(chromedp.CSS("#replay-button")))
 	if st := text("#state"); st != "dead_letter" || !strings.Contains(text("#subject"), "-poison") {
 		t.Fatalf("dead letter page: state %q subject %q", st, text("#subject"))

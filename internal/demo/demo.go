@@ -209,13 +209,13 @@ func (d *Demo) tally(ctx context.Context) {
 			return
 		case e := <-d.events:
 			switch {
-			case e.Outcome == pgoutbox.OutcomeSuccess && e.State == "completed":
+			case e.Outcome == pgoutbox.OutcomeSuccess && e.State == pgoutbox.StateCompleted:
 				d.counts.deliveries.Add(1)
-			case e.State == "available":
+			case e.State == pgoutbox.StateAvailable:
 				d.counts.retries.Add(1)
-			case e.State == "dead_letter":
+			case e.State == pgoutbox.StateDeadLetter:
 				d.counts.deadLetters.Add(1)
-			case e.State == "reconciliation_required" || e.Outcome == pgoutbox.OutcomeAmbiguous:
+			case e.State == pgoutbox.StateReconciliationRequired || e.Outcome == pgoutbox.OutcomeAmbiguous:
 				d.counts.reconciliation.Add(1)
 			}
 		}

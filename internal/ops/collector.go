@@ -77,11 +77,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		for _, t := range snap.Types {
 			for _, st := range gaugeStates {
-				ch <- prometheus.MustNewConstMetric(c.effects, prometheus.GaugeValue, float64(t.count(st)), t.Queue, t.EffectType, st)
+				ch <- prometheus.MustNewConstMetric(c.effects, prometheus.GaugeValue, float64(t.count(st)), t.Queue, t.Type, st)
 			}
-			ch <- prometheus.MustNewConstMetric(c.retrying, prometheus.GaugeValue, float64(t.Retrying), t.Queue, t.EffectType)
-			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, t.OldestAvailableAgeSeconds, t.Queue, t.EffectType)
-			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(t.StalledLeases), t.Queue, t.EffectType)
+			ch <- prometheus.MustNewConstMetric(c.retrying, prometheus.GaugeValue, float64(t.Retrying), t.Queue, t.Type)
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, t.OldestAvailableAgeSeconds, t.Queue, t.Type)
+			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(t.StalledLeases), t.Queue, t.Type)
 		}
 		ch <- prometheus.MustNewConstMetric(c.xmin, prometheus.GaugeValue, snap.OldestXminAgeSeconds)
 		ch <- prometheus.MustNewConstMetric(c.refreshed, prometheus.GaugeValue, float64(snap.TakenAt.UnixNano())/1e9)

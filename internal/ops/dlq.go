@@ -27,7 +27,7 @@ const (
 type DeadLetter struct {
 	ID             int64      `json:"id"`
 	Queue          string     `json:"queue"`
-	EffectType     string     `json:"effect_type"`
+	Type           string     `json:"effect_type"`
 	Attempts       int        `json:"attempts"`
 	MaxAttempts    int        `json:"max_attempts"`
 	LastError      string     `json:"last_error"`
@@ -64,7 +64,7 @@ func ListDeadLetters(ctx context.Context, db store.DBTX, f Filter, afterID int64
 			break
 		}
 		page.Items = append(page.Items, DeadLetter{
-			ID: r.ID, Queue: r.Queue, EffectType: r.Type, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+			ID: r.ID, Queue: r.Queue, Type: r.Type, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 			LastError: r.LastError, DeadLetteredAt: r.DeadLetteredAt, CreatedAt: r.CreatedAt,
 			Subject: ParseSubject(r.Subject),
 		})
@@ -74,9 +74,9 @@ func ListDeadLetters(ctx context.Context, db store.DBTX, f Filter, afterID int64
 
 // Moved is an effect an operator command moved.
 type Moved struct {
-	ID         int64  `json:"id"`
-	Queue      string `json:"queue"`
-	EffectType string `json:"effect_type"`
+	ID    int64  `json:"id"`
+	Queue string `json:"queue"`
+	Type  string `json:"effect_type"`
 	// State is where it went.
 	State string `json:"state"`
 	// LeaseOwner and LeaseHeldSeconds describe a requeued stalled lease.

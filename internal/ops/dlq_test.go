@@ -32,7 +32,7 @@ func TestListDeadLettersPages(t *testing.T) {
 		t.Fatalf("page 1: %+v next %v", page.Items, page.NextAfterID)
 	}
 	d := page.Items[1]
-	if d.Queue != "a" || d.EffectType != "y" || d.Attempts != 3 || d.MaxAttempts != 3 || d.LastError != "boom 2" ||
+	if d.Queue != "a" || d.Type != "y" || d.Attempts != 3 || d.MaxAttempts != 3 || d.LastError != "boom 2" ||
 		d.DeadLetteredAt == nil {
 		t.Fatalf("item: %+v", d)
 	}
@@ -43,7 +43,7 @@ func TestListDeadLettersPages(t *testing.T) {
 	if len(page.Items) != 2 || page.Items[0].ID != ids[2] || page.Items[1].ID != ids[5] || page.NextAfterID != nil {
 		t.Fatalf("page 2: %+v next %v", page.Items, page.NextAfterID)
 	}
-	page, err = ops.ListDeadLetters(b.ctx, b.pool, ops.Filter{Queue: "a", EffectType: "x"}, 0, 0)
+	page, err = ops.ListDeadLetters(b.ctx, b.pool, ops.Filter{Queue: "a", Type: "x"}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestRequeueStaleFilters(t *testing.T) {
 		eff{queue: "a", typ: "y", state: "leased", attempts: 1, leasedAgo: 3600},
 		eff{queue: "b", typ: "x", state: "leased", attempts: 1, leasedAgo: 3600},
 	)
-	res, err := ops.RequeueStale(context.Background(), b.pool, ops.RequeueOptions{Filter: ops.Filter{Queue: "a", EffectType: "x"}})
+	res, err := ops.RequeueStale(context.Background(), b.pool, ops.RequeueOptions{Filter: ops.Filter{Queue: "a", Type: "x"}})
 	if err != nil || len(res.Requeued) != 1 || res.Requeued[0].ID != ids[0] {
 		t.Fatalf("%v %+v", err, res)
 	}

@@ -56,7 +56,7 @@ func FuzzFilterIsLiteral(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		filter := ops.Filter{Queue: queue, EffectType: typ}
+		filter := ops.Filter{Queue: queue, Type: typ}
 		storable := func(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 		check := func(what string, err error) bool {
 			t.Helper()
@@ -77,13 +77,13 @@ func FuzzFilterIsLiteral(f *testing.F) {
 		snap, err := ops.Status(ctx, pool, ops.StatusOptions{Filter: filter, StalledAfter: time.Minute})
 		if check("status", err) {
 			for _, c := range snap.Types {
-				match("status", c.Queue, c.EffectType)
+				match("status", c.Queue, c.Type)
 			}
 		}
 		page, err := ops.ListDeadLetters(ctx, pool, filter, 0, 1000)
 		if check("dlq list", err) {
 			for _, d := range page.Items {
-				match("dlq list", d.Queue, d.EffectType)
+				match("dlq list", d.Queue, d.Type)
 			}
 			seededQ := map[string]bool{"": true, "q": true, "q%": true, "Q": true, "q2": true, "_": true}
 			seededT := map[string]bool{"": true, "t": true, "t_": true, "T": true}
@@ -94,13 +94,13 @@ func FuzzFilterIsLiteral(f *testing.F) {
 		replay, err := ops.ReplayDeadLetters(ctx, pool, ops.ReplayOptions{Filter: filter, DryRun: true, Limit: 1000})
 		if check("dlq replay --dry-run", err) {
 			for _, m := range replay.Replayed {
-				match("dlq replay --dry-run", m.Queue, m.EffectType)
+				match("dlq replay --dry-run", m.Queue, m.Type)
 			}
 		}
 		requeue, err := ops.RequeueStale(ctx, pool, ops.RequeueOptions{Filter: filter, DryRun: true, StalledAfter: time.Minute})
 		if check("requeue-stale --dry-run", err) {
 			for _, m := range requeue.Requeued {
-				match("requeue-stale --dry-run", m.Queue, m.EffectType)
+				match("requeue-stale --dry-run", m.Queue, m.Type)
 			}
 		}
 		if after := fingerprint(t); after != before {

@@ -65,9 +65,8 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool, dsn := pgtest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
+	db := pgtest.NewBundle(t, 2*time.Minute)
+	pool, dsn, ctx := db.Pool, db.DSN, db.Ctx
 	return &bundle{pool: pool, dsn: dsn, ctx: ctx}
 }
 

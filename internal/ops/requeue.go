@@ -90,7 +90,7 @@ func notify(ctx context.Context, tx pgx.Tx, moved []store.Moved) error {
 func toMoved(ms []store.Moved) []Moved {
 	out := make([]Moved, len(ms))
 	for i, m := range ms {
-		out[i] = Moved{ID: m.ID, Queue: m.Queue, EffectType: m.Type, State: m.State,
+		out[i] = Moved{ID: m.ID, Queue: m.Queue, Type: m.Type, State: m.State,
 			LeaseOwner: m.Owner, LeaseHeldSeconds: m.HeldFor}
 	}
 	return out

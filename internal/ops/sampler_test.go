@@ -65,7 +65,7 @@ func TestSamplerWithRealClient(t *testing.T) {
 	for completed := 0; completed < len(keys); {
 		select {
 		case e := <-events:
-			if e.State == "completed" {
+			if e.State == pgoutbox.StateCompleted {
 				completed++
 			}
 		case <-b.ctx.Done():

@@ -24,11 +24,11 @@ const (
 type Filter struct {
 	// Queue matches one queue exactly.
 	Queue string `json:"queue,omitempty"`
-	// EffectType matches one effect type exactly.
-	EffectType string `json:"effect_type,omitempty"`
+	// Type matches one effect type exactly.
+	Type string `json:"effect_type,omitempty"`
 }
 
-func (f Filter) store() store.OpsFilter { return store.OpsFilter{Queue: f.Queue, Type: f.EffectType} }
+func (f Filter) store() store.OpsFilter { return store.OpsFilter{Queue: f.Queue, Type: f.Type} }
 
 // StatusOptions configures [Status].
 type StatusOptions struct {
@@ -53,8 +53,8 @@ func (o StatusOptions) withDefaults() StatusOptions {
 // Counts is the state of one queue, or of one effect type of a queue.
 type Counts struct {
 	Queue string `json:"queue"`
-	// EffectType is empty on a queue's total.
-	EffectType string `json:"effect_type,omitempty"`
+	// Type is empty on a queue's total.
+	Type string `json:"effect_type,omitempty"`
 	// Available counts effects waiting for a claim (due or not), retrying
 	// ones included: the projection's "pending".
 	Available int64 `json:"available"`
@@ -157,8 +157,8 @@ func Status(ctx context.Context, db store.DBTX, opts StatusOptions) (*Snapshot, 
 			list = &s.Queues
 		}
 		n := len(*list)
-		if n == 0 || (*list)[n-1].Queue != r.Queue || (*list)[n-1].EffectType != r.Type {
-			*list = append(*list, Counts{Queue: r.Queue, EffectType: r.Type})
+		if n == 0 || (*list)[n-1].Queue != r.Queue || (*list)[n-1].Type != r.Type {
+			*list = append(*list, Counts{Queue: r.Queue, Type: r.Type})
 			n++
 		}
 		(*list)[n-1].add(r)

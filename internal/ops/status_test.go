@@ -54,7 +54,7 @@ func TestStatusExactCountsAndAges(t *testing.T) {
 		// Per type: email.bounce is one available retrying effect of age 5 s.
 		var bounce *ops.Counts
 		for i := range snap.Types {
-			if snap.Types[i].EffectType == "email.bounce" {
+			if snap.Types[i].Type == "email.bounce" {
 				bounce = &snap.Types[i]
 			}
 		}
@@ -68,7 +68,7 @@ func TestStatusExactCountsAndAges(t *testing.T) {
 		}
 
 		// Filters narrow, literally.
-		snap, err = ops.Status(b.ctx, tx, ops.StatusOptions{Filter: ops.Filter{Queue: "mail", EffectType: "email.bounce"}})
+		snap, err = ops.Status(b.ctx, tx, ops.StatusOptions{Filter: ops.Filter{Queue: "mail", Type: "email.bounce"}})
 		if err != nil {
 			t.Fatal(err)
 		}

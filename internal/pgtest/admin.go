@@ -58,15 +58,18 @@ var throwaway struct {
 // at a server; the failure is remembered, so every later call fails alike.
 func AdminDSN(tb testing.TB) string {
 	tb.Helper()
-	admin.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		admin.dsn, admin.err = resolveAdmin(ctx)
-	})
+	admin.once.Do(resolveAdminOnce)
 	if admin.err != nil {
 		tb.Fatalf("pgtest: %v", admin.err)
 	}
 	return admin.dsn
+}
+
+// resolveAdminOnce fills admin; it runs under admin.once.
+func resolveAdminOnce() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin.dsn, admin.err = resolveAdmin(ctx)
 }
 
 func forceCluster() bool {

@@ -33,7 +33,8 @@
 //   - Isolation: each NewDB is a database of its own, fully migrated with the
 //     embedded migrations and otherwise empty, dropped WITH (FORCE) at the
 //     test's cleanup. Tests that each use their own database may run in
-//     parallel, within and across packages.
+//     parallel, within and across packages. A runnable example, which has
+//     no testing.TB, gets one from ExampleDB and drops it when it returns.
 //   - Speed: databases are cloned from a template database holding the
 //     migrations. The template's name carries a hash of the migration files,
 //     so editing a migration builds a new template; processes racing to build

@@ -97,24 +97,62 @@ var templateName = sync.OnceValues(func() (string, error) {
 func NewDB(tb testing.TB) string {
 	tb.Helper()
 	adminDSN := AdminDSN(tb)
+	dsn, drop, err := createDB(adminDSN)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := drop(); err != nil {
+			tb.Errorf("pgtest: %v", err)
+		}
+	})
+	return dsn
+}
+
+// ExampleDB is NewDB for a runnable example, which has no testing.TB: it
+// returns the new database's connection string and a function that drops
+// it (call it when the example ends; deferred is fine). It panics when no
+// server is available or the database cannot be created, which fails the
+// example. Like NewDB it needs Main as the package's TestMain.
+func ExampleDB() (dsn string, drop func()) {
+	admin.once.Do(resolveAdminOnce)
+	if admin.err != nil {
+		panic(fmt.Sprintf("pgtest: %v", admin.err))
+	}
+	dsn, dropErr, err := createDB(admin.dsn)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: %v", err))
+	}
+	return dsn, func() {
+		if err := dropErr(); err != nil {
+			panic(fmt.Sprintf("pgtest: %v", err))
+		}
+	}
+}
+
+// createDB clones a new database from the migrated template on adminDSN's
+// server and returns its connection string and the function that drops it
+// WITH (FORCE).
+func createDB(adminDSN string) (dsn string, drop func() error, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tplName, err := ensureTemplate(ctx, adminDSN)
 	if err != nil {
-		tb.Fatalf("pgtest: template database: %v", err)
+		return "", nil, fmt.Errorf("template database: %w", err)
 	}
 	name := fmt.Sprintf("pgoutbox_t_%d_%s_%d", os.Getpid(), procToken, dbSeq.Add(1))
 	if err := adminExec(ctx, adminDSN, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tplName)); err != nil {
-		tb.Fatalf("pgtest: create database %s: %v", name, err)
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
 	}
-	tb.Cleanup(func() {
+	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := adminExec(ctx, adminDSN, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)"); err != nil {
-			tb.Errorf("pgtest: drop database %s: %v", name, err)
+			return fmt.Errorf("drop database %s: %w", name, err)
 		}
-	})
-	return withDatabase(adminDSN, name)
+		return nil
+	}
+	return withDatabase(adminDSN, name), drop, nil
 }
 
 // NewPool is NewDB plus a pgxpool.Pool on the new database, closed when tb's

@@ -194,3 +194,42 @@ func ListAudit(ctx context.Context, db DBTX, limit int) ([]AuditEntry, error) {
 	})
 	return out, MapError(err)
 }
+
+// Attempt is one row of pgoutbox.effect_attempts (migration 00012): a
+// failed attempt of an effect, or a replay of it.
+type Attempt struct {
+	// Attempt is the effect's attempt count when the attempt ended; for a
+	// replay, the attempts the dead letter had.
+	Attempt int
+	// At is the database clock of the statement that ended the attempt.
+	At time.Time
+	// Outcome is where the effect went: "retrying", "dead_letter",
+	// "reconciliation_required" or "replayed".
+	Outcome string
+	// Error is the attempt's error (last_error as it was set), "" for a
+	// replay.
+	Error string
+	// Worker is the lease owner whose attempt ended, "" when none.
+	Worker string
+}
+
+const listAttemptsSQL = `
+SELECT attempt, at, outcome, coalesce(error, ''), coalesce(worker, '') FROM (
+    SELECT seq, attempt, at, outcome, error, worker
+    FROM pgoutbox.effect_attempts WHERE effect_id = $1 ORDER BY seq DESC LIMIT $2
+) a ORDER BY seq`
+
+// ListAttempts returns the newest limit recorded attempts of one effect,
+// oldest first.
+func ListAttempts(ctx context.Context, db DBTX, effectID int64, limit int) ([]Attempt, error) {
+	rows, err := db.Query(ctx, listAttemptsSQL, effectID, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := r.Scan(&a.Attempt, &a.At, &a.Outcome, &a.Error, &a.Worker)
+		return a, err
+	})
+	return out, MapError(err)
+}

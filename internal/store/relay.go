@@ -76,11 +76,25 @@ func Release(ctx context.Context, db DBTX, f Fence, delay time.Duration, reason 
 	return tag.RowsAffected() == 1, nil
 }
 
+// handBackSQL also records the failed attempt in pgoutbox.effect_attempts
+// (migration 00012): the state stays leased, so the history trigger, which
+// fires on a change of state, does not see it. The consumer that failed is
+// the owner before the update, read from the row the statement locks.
 const handBackSQL = `
-UPDATE pgoutbox.effects
-SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
-    lease_expires_at = now() + make_interval(secs => $5), delivery_started_at = NULL, last_error = left($6, 2000)
-WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3`
+WITH held AS (
+    SELECT id, lease_owner FROM pgoutbox.effects
+    WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3
+    FOR UPDATE
+), upd AS (
+    UPDATE pgoutbox.effects e
+    SET lease_owner = $4, lease_token = gen_random_uuid(), leased_at = now(),
+        lease_expires_at = now() + make_interval(secs => $5), delivery_started_at = NULL, last_error = left($6, 2000)
+    FROM held h
+    WHERE e.id = h.id AND e.state::text = 'leased' AND e.lease_token = $2
+    RETURNING e.id, e.attempts, e.last_error, h.lease_owner
+)
+INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome, error, worker)
+SELECT id, attempts, 'retrying', last_error, left(lease_owner, 256) FROM upd`
 
 // HandBack records, fenced, that a consumer's attempt failed with nothing
 // delivered and that the broker will redeliver the effect: it stays leased,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkRelay(b *testing.B) {
 		start := time.Now()
 		r := bb.startRelay(b, pgnats.RelayConfig{Queues: []string{"bulk"}, Batch: 1000})
 		bb.waitFor(b, "every effect handed over", func() bool {
-			return bb.scalar(b, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner) == int64(n)
+			return bb.scalar(b, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, handoff.Owner) == int64(n)
 		})
 		total += time.Since(start)
 		b.StopTimer()

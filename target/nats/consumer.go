@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // Defaults of ConsumerConfig.
@@ -91,19 +93,10 @@ type Consumer struct {
 
 	queues []*consumerQueue
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-
-	runCancel   context.CancelFunc
-	workCancel  context.CancelCauseFunc
-	extCancel   context.CancelFunc
-	workCtx     context.Context
-	runWG       sync.WaitGroup
-	extWG       sync.WaitGroup
-	complWG     sync.WaitGroup
-	deliveries  sync.WaitGroup
-	completions chan complReq
+	life   *core.Lifecycle // start, stop with grace, stop twice
+	leases core.Leases     // in-flight leases, for the extender
+	ext    core.Extender   // extends leases and sends in-progress acks
+	commit *core.Committer // group-commits completions; set by Start
 }
 
 type consumerQueue struct {
@@ -112,25 +105,6 @@ type consumerQueue struct {
 	cfg   pgoutbox.QueueConfig
 	cons  jetstream.Consumer
 	slots chan struct{} // one token per free delivery slot
-
-	mu   sync.Mutex
-	held map[int64]*inflight
-}
-
-type inflight struct {
-	lease  *pgoutbox.Lease
-	msg    jetstream.Msg
-	cancel context.CancelCauseFunc
-}
-
-type complReq struct {
-	lease *pgoutbox.Lease
-	done  chan complRes
-}
-
-type complRes struct {
-	ok  bool
-	err error
 }
 
 // NewConsumer validates cfg and returns a Consumer that is not yet started.
@@ -181,7 +155,9 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 			Name: "pgoutbox_jetstream_deliveries_total",
 			Help: "Deliveries of relayed effects by queue, effect type and outcome.",
 		}, []string{"queue", "effect_type", "outcome"}),
+		life: core.NewLifecycle("nats: consumer"),
 	}
+	c.ext = core.Extender{DB: pool, Leases: &c.leases, Lease: cfg.Retry.LeaseDuration, LostCause: pgoutbox.ErrLeaseLost, Log: c.log}
 	for _, t := range cfg.Types {
 		if t.Name == "" || (t.Handler == nil) == (t.TxHandler == nil) {
 			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q]: set a name and exactly one of Handler and TxHandler", t.Name)
@@ -205,7 +181,7 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 			return nil, fmt.Errorf("nats: ConsumerConfig.Queues[%q]: Concurrency must be positive and DeliveryTimeout (%s) below Retry.LeaseDuration (%s)",
 				name, qc.DeliveryTimeout, cfg.Retry.LeaseDuration)
 		}
-		q := &consumerQueue{c: c, name: name, cfg: qc, slots: make(chan struct{}, qc.Concurrency), held: map[int64]*inflight{}}
+		q := &consumerQueue{c: c, name: name, cfg: qc, slots: make(chan struct{}, qc.Concurrency)}
 		for range qc.Concurrency {
 			q.slots <- struct{}{}
 		}
@@ -230,53 +206,40 @@ func (c *Consumer) ID() string { return c.cfg.ID }
 // window is shorter than the retry horizon, creates or updates each queue's
 // durable pull consumer, and starts pulling.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("nats: consumer already started")
-	}
-	names := make([]string, len(c.queues))
-	for i, q := range c.queues {
-		names[i] = q.name
-	}
-	st, err := EnsureStream(ctx, c.js, c.cfg.Stream, c.cfg.Retry, names)
-	if err != nil {
-		return err
-	}
-	for _, q := range c.queues {
-		q.cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       c.cfg.Durable + "-" + q.name,
-			Description:   "pgoutbox consumer of queue " + q.name,
-			FilterSubject: c.cfg.Stream.queueFilter(q.name),
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       c.cfg.AckWait,
-			MaxDeliver:    c.cfg.MaxDeliver,
-			MaxAckPending: c.cfg.MaxAckPending,
-		})
-		if err != nil {
-			return fmt.Errorf("nats: consumer %s-%s: %w", c.cfg.Durable, q.name, err)
+	return c.life.Start(func() error {
+		names := make([]string, len(c.queues))
+		for i, q := range c.queues {
+			names[i] = q.name
 		}
-	}
-	c.started = true
-	runCtx, runCancel := context.WithCancel(context.Background())
-	workCtx, workCancel := context.WithCancelCause(context.Background())
-	extCtx, extCancel := context.WithCancel(context.Background())
-	c.runCancel, c.workCancel, c.extCancel, c.workCtx = runCancel, workCancel, extCancel, workCtx
-	c.completions = make(chan complReq, c.cfg.CompletionBatch)
-	for range 2 {
-		c.complWG.Add(1)
-		go c.groupCommit()
-	}
-	c.extWG.Add(1)
-	go c.extendLoop(extCtx)
-	for _, q := range c.queues {
-		c.runWG.Add(1)
-		go q.run(runCtx)
-	}
-	c.log.Info("jetstream consumer started", "id", c.cfg.ID, "stream", c.cfg.Stream.Name, "queues", names,
-		"ack_wait", c.cfg.AckWait, "max_deliver", c.cfg.MaxDeliver)
-	return nil
+		st, err := EnsureStream(ctx, c.js, c.cfg.Stream, c.cfg.Retry, names)
+		if err != nil {
+			return err
+		}
+		for _, q := range c.queues {
+			q.cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+				Durable:       c.cfg.Durable + "-" + q.name,
+				Description:   "pgoutbox consumer of queue " + q.name,
+				FilterSubject: c.cfg.Stream.queueFilter(q.name),
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       c.cfg.AckWait,
+				MaxDeliver:    c.cfg.MaxDeliver,
+				MaxAckPending: c.cfg.MaxAckPending,
+			})
+			if err != nil {
+				return fmt.Errorf("nats: consumer %s-%s: %w", c.cfg.Durable, q.name, err)
+			}
+		}
+		c.commit = core.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
+		c.life.Service(func(ctx context.Context) { c.ext.Run(ctx, min(c.cfg.Retry.LeaseDuration, c.cfg.AckWait)/3) })
+		c.life.OnStop(c.commit.Close)
+		for _, q := range c.queues {
+			c.life.Go(q.run)
+		}
+		c.log.Info("jetstream consumer started", "id", c.cfg.ID, "stream", c.cfg.Stream.Name, "queues", names,
+			"ack_wait", c.cfg.AckWait, "max_deliver", c.cfg.MaxDeliver)
+		return nil
+	})
 }
 
 // Stop stops pulling (messages already pulled and not yet taken over are
@@ -285,31 +248,13 @@ func (c *Consumer) Start(ctx context.Context) error {
 // back for immediate redelivery, an interrupted non-replay-safe one goes to
 // reconciliation_required. Stop returns when every goroutine has exited.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.mu.Unlock()
-		return nil
+	ran, err := c.life.Stop(ctx, errStopped)
+	if err != nil {
+		err = fmt.Errorf("nats: stop deadline passed, in-flight deliveries were interrupted: %w", err)
 	}
-	c.stopped = true
-	c.mu.Unlock()
-	c.runCancel()
-	c.runWG.Wait()
-	done := make(chan struct{})
-	go func() { c.deliveries.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		c.workCancel(errStopped)
-		<-done
-		err = fmt.Errorf("nats: stop deadline passed, in-flight deliveries were interrupted: %w", ctx.Err())
+	if ran {
+		c.log.Info("jetstream consumer stopped", "id", c.cfg.ID)
 	}
-	c.workCancel(nil)
-	c.extCancel()
-	c.extWG.Wait()
-	close(c.completions)
-	c.complWG.Wait()
-	c.log.Info("jetstream consumer stopped", "id", c.cfg.ID)
 	return err
 }
 
@@ -318,7 +263,6 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // takes a free slot before it asks for the next message, so a message never
 // waits for a slot once it is handed over.
 func (q *consumerQueue) run(ctx context.Context) {
-	defer q.c.runWG.Done()
 	errWait := 100 * time.Millisecond
 	var it jetstream.MessagesContext
 	for {
@@ -430,7 +374,7 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 		q.releaseN(len(msgs))
 		return
 	}
-	hs := make([]pgoutbox.Handoff, 0, len(msgs))
+	hs := make([]handoff.Message, 0, len(msgs))
 	valid := make([]jetstream.Msg, 0, len(msgs))
 	for _, m := range msgs {
 		var env Envelope
@@ -440,14 +384,14 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 			q.releaseN(1)
 			continue
 		}
-		hs = append(hs, pgoutbox.Handoff{ID: env.EffectID, Type: env.Type, Key: env.Key, RelayToken: env.RelayToken})
+		hs = append(hs, handoff.Message{ID: env.EffectID, Type: env.Type, Key: env.Key, RelayToken: env.RelayToken})
 		valid = append(valid, m)
 	}
 	if len(hs) == 0 {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	res, err := pgoutbox.TakeOver(fctx, q.c.pool, hs, q.c.cfg.ID, q.c.cfg.Retry.LeaseDuration)
+	res, err := handoff.TakeOver(fctx, q.c.pool, hs, q.c.cfg.ID, q.c.cfg.Retry.LeaseDuration)
 	cancel()
 	if err != nil {
 		q.c.log.Error("take-over failed; messages redelivered later", "queue", q.name, "count", len(valid), "err", err)
@@ -459,19 +403,19 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	for i, r := range res {
 		m, h := valid[i], hs[i]
-		if r.Action == pgoutbox.TakenOver {
+		if r.Action == handoff.Taken {
 			q.start(r.Lease, m)
 			continue
 		}
 		q.c.m.WithLabelValues(q.name, h.Type, string(r.Action)).Inc()
 		switch r.Action {
-		case pgoutbox.TakeOverSettled:
+		case handoff.Settled:
 			if r.State == pgoutbox.StateCompleted {
 				_ = m.Ack()
 			} else {
 				_ = m.Term()
 			}
-		case pgoutbox.TakeOverBusy:
+		case handoff.Busy:
 			if q.lastDelivery(m) {
 				// Never leave a message undeliverable in the stream: the
 				// holder records its outcome in PostgreSQL, and an effect
@@ -482,11 +426,11 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 			} else {
 				_ = m.NakWithDelay(min(max(r.Wait+100*time.Millisecond, 100*time.Millisecond), q.c.cfg.AckWait))
 			}
-		case pgoutbox.TakeOverReconciled:
+		case handoff.Reconciled:
 			q.c.log.Error("delivery started and was never recorded; reconciliation_required, not redelivered",
 				"effect_id", h.ID, "queue", q.name, "effect_type", h.Type)
 			_ = m.TermWithReason("reconciliation_required")
-		case pgoutbox.TakeOverExhausted:
+		case handoff.Exhausted:
 			q.c.log.Error("attempts exhausted; dead-lettered", "effect_id", h.ID, "queue", q.name, "effect_type", h.Type)
 			_ = m.TermWithReason("dead_letter")
 		default:
@@ -497,183 +441,105 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 	}
 }
 
-func (q *consumerQueue) start(l *pgoutbox.Lease, m jetstream.Msg) {
-	ctx, cancel := context.WithCancelCause(q.c.workCtx)
-	q.mu.Lock()
-	q.held[l.ID] = &inflight{lease: l, msg: m, cancel: cancel}
-	q.mu.Unlock()
-	q.c.deliveries.Add(1)
+func (q *consumerQueue) start(l *handoff.Lease, m jetstream.Msg) {
+	ctx, cancel := context.WithCancelCause(q.c.life.Work())
+	fence := l.Fence
+	q.c.leases.Put(&core.Held{Fence: fence, Cancel: cancel, Kept: func() { _ = m.InProgress() }})
+	q.c.life.AddDelivery()
 	go func() {
 		defer func() {
-			q.mu.Lock()
-			delete(q.held, l.ID)
-			q.mu.Unlock()
+			q.c.leases.Delete(l.ID)
 			cancel(nil)
 			q.releaseN(1)
-			q.c.deliveries.Done()
+			q.c.life.DeliveryDone()
 		}()
-		q.deliver(ctx, l, m)
+		q.deliver(ctx, l, fence, m)
 	}()
 }
 
-// deliver runs one delivery with the registered handler and records its
-// outcome in PostgreSQL, then settles the message.
-func (q *consumerQueue) deliver(ctx context.Context, l *pgoutbox.Lease, m jetstream.Msg) {
+// deliver runs one delivery with the registered handler through the
+// engine's deliverer (a retry is handed back to JetStream), then settles the
+// message.
+func (q *consumerQueue) deliver(ctx context.Context, l *handoff.Lease, fence store.Fence, m jetstream.Msg) {
 	c := q.c
-	t := c.types[l.Type] // unregistered: Run retries it, like a worker
-	res := l.Run(ctx, c.pool, t, q.cfg.DeliveryTimeout, c.cfg.Retry.BackoffCap)
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
-	outcome := res.Outcome
+	t := c.types[l.Type] // unregistered: retried, like a worker
+	timeout := q.cfg.DeliveryTimeout
+	if t.Timeout > 0 {
+		timeout = t.Timeout
+	}
+	root := core.Root[pgoutbox.EffectType, pgoutbox.Delivery]()
+	j := root.Job(t, &l.Delivery, timeout)
+	j.Fence = fence
+	var nakDelay time.Duration
+	j.Retry = func(ctx context.Context, r core.Route, herr error, stopping bool) (handled, found bool, err error) {
+		if r.Kind != store.FailRetry || l.Attempt >= l.MaxAttempts || q.lastDelivery(m) {
+			// Dead letter, reconciliation, or (on the message's last
+			// JetStream delivery) a retry scheduled in PostgreSQL: the
+			// relay publishes the effect again when it is due.
+			return false, false, nil
+		}
+		nakDelay = r.Delay
+		if stopping {
+			nakDelay = 0
+		}
+		err = l.HandBack(ctx, c.pool, c.hzn, herr)
+		if errors.Is(err, pgoutbox.ErrLeaseLost) {
+			return true, false, nil
+		}
+		return true, true, err
+	}
+	d := core.Deliverer{
+		Pool: c.pool, Commit: c.commit.Complete, Route: root.Route(c.cfg.Retry.BackoffCap),
+		Transient: root.Transient, Shutdown: errStopped,
+	}
+	r := d.Run(ctx, j)
 	logFields := []any{"effect_id", l.ID, "queue", l.Queue, "effect_type", l.Type, "attempt", l.Attempt}
-	switch res.Status {
-	case pgoutbox.RunDelivered:
-		done := make(chan complRes, 1)
-		c.completions <- complReq{lease: l, done: done}
-		cr := <-done
-		switch {
-		case cr.err != nil:
-			c.log.Error("complete failed; the lease will expire and the effect be recovered", append(logFields, "err", cr.err)...)
-			if res.ReplaySafe {
-				_ = m.NakWithDelay(c.cfg.Retry.LeaseDuration)
-			} else {
-				_ = m.Term()
-			}
-		case !cr.ok:
-			outcome = pgoutbox.OutcomeLeaseLost
-			c.log.Warn("lease lost; nothing written", logFields...)
-		default:
-			_ = m.Ack()
-		}
-	case pgoutbox.RunCompleted:
+	switch r.Status {
+	case core.Completed:
 		_ = m.Ack()
-	case pgoutbox.RunLeaseLost:
-		c.log.Warn("lease lost; nothing written", logFields...)
-	case pgoutbox.RunUnrecorded:
-		c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", res.Err)...)
-		if res.ReplaySafe {
-			_ = m.NakWithDelay(c.cfg.Retry.LeaseDuration)
-		} else {
-			_ = m.TermWithReason("outcome unrecorded: reconciliation_required when the lease expires")
+	case core.LeaseLost:
+		c.log.Warn("lease lost; nothing written", append(logFields, "op", r.Op)...)
+	case core.Unrecorded:
+		c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
+		q.unrecorded(m, j.ReplaySafe)
+	case core.WriteFailed:
+		switch r.Op {
+		case "complete":
+			c.log.Error("complete failed; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
+			q.unrecorded(m, j.ReplaySafe)
+		case "reconcile":
+			c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", r.Err, "reconcile_err", r.WriteErr)...)
+			q.unrecorded(m, false)
+		case "hand back":
+			c.log.Error("recording a retry failed; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
+		default:
+			c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
 		}
-	case pgoutbox.RunFailed:
-		stopping := errors.Is(context.Cause(ctx), errStopped)
-		if res.Retry && !q.lastDelivery(m) {
-			delay := res.Delay
-			if stopping {
-				delay = 0
-			}
-			err := l.HandBack(fctx, c.pool, c.hzn, res.Err)
-			switch {
-			case errors.Is(err, pgoutbox.ErrLeaseLost):
-				outcome = pgoutbox.OutcomeLeaseLost
-				c.log.Warn("lease lost; nothing written", logFields...)
-			case err != nil:
-				c.log.Error("recording a retry failed; the lease will expire and the effect be recovered", append(logFields, "err", err)...)
-			default:
-				_ = m.NakWithDelay(delay)
-				c.log.Warn("delivery failed; JetStream redelivers", append(logFields, "outcome", res.Outcome, "retry_in", delay, "err", res.Err)...)
-			}
+	case core.Failed:
+		if r.HandedBack {
+			_ = m.NakWithDelay(nakDelay)
+			c.log.Warn("delivery failed; JetStream redelivers", append(logFields, "outcome", r.Outcome, "retry_in", nakDelay, "err", r.Err)...)
 			break
 		}
-		// Dead letter, reconciliation, or (on the message's last JetStream
-		// delivery) a retry scheduled in PostgreSQL: the relay publishes
-		// the effect again when it is due.
-		state, err := l.Fail(fctx, c.pool, res.Err, res.ReplaySafe, c.cfg.Retry.BackoffCap)
-		switch {
-		case errors.Is(err, pgoutbox.ErrLeaseLost):
-			outcome = pgoutbox.OutcomeLeaseLost
-			c.log.Warn("lease lost; nothing written", logFields...)
-		case err != nil:
-			c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered", append(logFields, "err", err)...)
-		default:
-			_ = m.TermWithReason(string(state))
-			c.log.Warn("delivery failed", append(logFields, "outcome", res.Outcome, "state", state, "err", res.Err)...)
-		}
+		_ = m.TermWithReason(r.State)
+		c.log.Warn("delivery failed", append(logFields, "outcome", r.Outcome, "state", r.State, "err", r.Err)...)
 	}
-	c.m.WithLabelValues(l.Queue, l.Type, string(outcome)).Inc()
+	c.m.WithLabelValues(l.Queue, l.Type, r.Outcome).Inc()
 }
 
-// groupCommit completes many delivered effects in one statement.
-func (c *Consumer) groupCommit() {
-	defer c.complWG.Done()
-	batch := make([]complReq, 0, c.cfg.CompletionBatch)
-	leases := make([]*pgoutbox.Lease, 0, c.cfg.CompletionBatch)
-	for req := range c.completions {
-		batch = append(batch[:0], req)
-	drain:
-		for len(batch) < c.cfg.CompletionBatch {
-			select {
-			case r, ok := <-c.completions:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		leases = leases[:0]
-		for _, r := range batch {
-			leases = append(leases, r.lease)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		done, err := pgoutbox.CompleteLeases(ctx, c.pool, leases)
-		cancel()
-		for _, r := range batch {
-			r.done <- complRes{ok: done[r.lease.ID], err: err}
-		}
+// unrecorded settles the message of a delivery whose outcome could not be
+// recorded: a replay-safe effect is redelivered once its lease has expired
+// and been recovered; any other is not redelivered (the sweeper routes it to
+// reconciliation_required).
+func (q *consumerQueue) unrecorded(m jetstream.Msg, replaySafe bool) {
+	if replaySafe {
+		_ = m.NakWithDelay(q.c.cfg.Retry.LeaseDuration)
+		return
 	}
-}
-
-// extendLoop extends the leases of every delivery in flight in one statement
-// and tells JetStream they are in progress, every third of the shorter of
-// the lease and the ack wait; a delivery whose lease was lost is cancelled.
-func (c *Consumer) extendLoop(ctx context.Context) {
-	defer c.extWG.Done()
-	t := time.NewTicker(min(c.cfg.Retry.LeaseDuration, c.cfg.AckWait) / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.ExtendLeases(ctx)
-		}
-	}
+	_ = m.TermWithReason("outcome unrecorded: reconciliation_required when the lease expires")
 }
 
 // ExtendLeases extends every in-flight lease now and sends JetStream an
 // in-progress ack for its message (the extender does this periodically); a
 // delivery whose lease was lost is cancelled with cause pgoutbox.ErrLeaseLost.
-func (c *Consumer) ExtendLeases(ctx context.Context) {
-	var held []*inflight
-	for _, q := range c.queues {
-		q.mu.Lock()
-		for _, h := range q.held {
-			held = append(held, h)
-		}
-		q.mu.Unlock()
-	}
-	if len(held) == 0 {
-		return
-	}
-	leases := make([]*pgoutbox.Lease, len(held))
-	for i, h := range held {
-		leases[i] = h.lease
-	}
-	kept, err := pgoutbox.ExtendLeases(ctx, c.pool, leases, c.cfg.Retry.LeaseDuration)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Error("lease extension failed", "err", err, "leases", len(leases))
-		}
-		return
-	}
-	for _, h := range held {
-		if !kept[h.lease.ID] {
-			h.cancel(pgoutbox.ErrLeaseLost)
-			continue
-		}
-		_ = h.msg.InProgress()
-	}
-}
+func (c *Consumer) ExtendLeases(ctx context.Context) { c.ext.ExtendNow(ctx) }

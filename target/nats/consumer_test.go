@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
@@ -186,6 +187,6 @@ func TestRelayPublishFailureReleasesWithoutCountingAnAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.waitFor(t, "the effect handed over", func() bool {
-		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner) == 1
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, handoff.Owner) == 1
 	})
 }

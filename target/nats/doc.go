@@ -28,7 +28,7 @@
 //     hands its batch over loses the lease, the sweeper makes the effects
 //     available again, and the relay publishes them again — as duplicates,
 //     which JetStream drops by Nats-Msg-Id within the duplicate window. A
-//     hand-over keeps the effect leased (owner pgoutbox.HandoffOwner) under
+//     hand-over keeps the effect leased (lease_owner "pgoutbox:handoff") under
 //     a lease as long as the retry horizon: should JetStream lose the
 //     message, the sweeper recovers the effect when that lease expires and
 //     it is relayed again. A duplicate ack whose stored message is gone
@@ -71,7 +71,7 @@
 // # The duplicate window
 //
 // Relay and consumer refuse to start when the stream's duplicate window is
-// shorter than the retry horizon (pgoutbox.RetryHorizon of the RetryPolicy):
+// shorter than the retry horizon (RetryPolicy.Horizon):
 // within the horizon the relay may publish an effect again and counts on
 // JetStream to drop it. The stream must have work-queue retention, so that a
 // consumed message leaves the stream.

@@ -38,9 +38,8 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	pool, dsn := pgtest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
+	db := pgtest.NewBundle(t, 3*time.Minute)
+	pool, dsn, ctx := db.Pool, db.DSN, db.Ctx
 	url := startNATS(t)
 	nc, err := natsgo.Connect(url, natsgo.Name("pgoutbox-test"))
 	if err != nil {
@@ -98,26 +97,14 @@ func (b *bundle) enqueue(t testing.TB, effects ...pgoutbox.Effect) []int64 {
 
 func (b *bundle) scalar(t testing.TB, sql string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return pgtest.Scalar(t, b.ctx, b.pool, sql, args...)
 }
 
 // waitFor polls until cond holds (conditions written by other processes or
 // by JetStream cannot send events); it fails at the test's deadline.
 func (b *bundle) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-b.ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	pgtest.WaitFor(t, b.ctx, what, cond)
 }
 
 // streamState returns the stream's stored message count and last sequence

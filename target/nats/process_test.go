@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
@@ -210,7 +211,7 @@ func TestRelayKilledMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	handed := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner)
+	handed := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, handoff.Owner)
 	if msgs, _ := b.streamState(t, pgnats.StreamNameDefault); len(stranded) != killRelayBatch || handed != 2*killRelayBatch ||
 		msgs != 3*killRelayBatch {
 		t.Fatalf("at the kill: %d leased by the dead relay, %d handed over, %d messages; want %d, %d, %d",
@@ -226,7 +227,7 @@ func TestRelayKilledMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q"}, Retry: testPolicy, Batch: killRelayBatch, Registerer: reg})
 	b.waitFor(t, "every effect handed over", func() bool {
-		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, pgoutbox.HandoffOwner) == total
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, handoff.Owner) == total
 	})
 	if msgs, last := b.streamState(t, pgnats.StreamNameDefault); msgs != total || last != total {
 		t.Fatalf("stream holds %d messages (last sequence %d) for %d effects: lost or duplicated", msgs, last, total)

@@ -9,16 +9,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 )
 
 // Defaults of RelayConfig.
@@ -92,11 +92,8 @@ type Relay struct {
 	log     *slog.Logger
 	m       relayMetrics
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	wake    map[string]chan struct{}
+	life *core.Lifecycle // start, stop with grace, stop twice
+	wake map[string]chan struct{}
 }
 
 type relayMetrics struct {
@@ -141,7 +138,8 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 	}
 	cfg.Stream = cfg.Stream.withDefaults()
 	cfg.Retry = cfg.Retry.withDefaults()
-	r := &Relay{pool: pool, js: js, cfg: cfg, horizon: cfg.Retry.Horizon(), log: cfg.Logger, wake: map[string]chan struct{}{}}
+	r := &Relay{pool: pool, js: js, cfg: cfg, horizon: cfg.Retry.Horizon(), log: cfg.Logger, wake: map[string]chan struct{}{},
+		life: core.NewLifecycle("nats: relay")}
 	for _, q := range cfg.Queues {
 		if err := checkToken(q); err != nil {
 			return nil, fmt.Errorf("nats: RelayConfig.Queues: %q: %w", q, err)
@@ -172,61 +170,56 @@ func (r *Relay) ID() string { return r.cfg.ID }
 // window is shorter than the retry horizon, then starts one relay loop per
 // queue and the LISTEN/NOTIFY listener.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return errors.New("nats: relay already started")
-	}
-	st, err := EnsureStream(ctx, r.js, r.cfg.Stream, r.cfg.Retry, r.cfg.Queues)
-	if err != nil {
-		return err
-	}
-	r.stream = st
-	r.started = true
-	runCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	for _, q := range r.cfg.Queues {
-		for range r.cfg.Concurrency {
-			r.wg.Add(1)
-			go r.loop(runCtx, q)
+	return r.life.Start(func() error {
+		st, err := EnsureStream(ctx, r.js, r.cfg.Stream, r.cfg.Retry, r.cfg.Queues)
+		if err != nil {
+			return err
 		}
-	}
-	if !r.cfg.DisableListen {
-		r.wg.Add(1)
-		go r.listen(runCtx)
-	}
-	r.log.Info("relay started", "id", r.cfg.ID, "stream", r.cfg.Stream.Name, "queues", r.cfg.Queues,
-		"handover_lease", r.horizon)
-	return nil
+		r.stream = st
+		for _, q := range r.cfg.Queues {
+			for range r.cfg.Concurrency {
+				r.life.Go(func(ctx context.Context) { r.loop(ctx, q) })
+			}
+		}
+		if !r.cfg.DisableListen {
+			cfg := r.pool.Config().ConnConfig.Copy()
+			cfg.RuntimeParams["application_name"] = "pgoutbox-relay-listener"
+			l := &core.Listener{
+				Config: cfg, RetryMax: 5 * time.Second, Log: r.log,
+				Wake: func(queue string) {
+					if ch, ok := r.wake[queue]; ok {
+						core.Signal(ch)
+					}
+				},
+				WakeAll: func() {
+					for _, ch := range r.wake {
+						core.Signal(ch)
+					}
+				},
+			}
+			r.life.Go(l.Run)
+		}
+		r.log.Info("relay started", "id", r.cfg.ID, "stream", r.cfg.Stream.Name, "queues", r.cfg.Queues,
+			"handover_lease", r.horizon)
+		return nil
+	})
 }
 
 // Stop stops claiming and waits for the batch in flight to be handed over
 // (or ctx to end). Effects claimed and not handed over are recovered by the
 // sweeper when the relay's lease expires.
 func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.started || r.cancel == nil {
-		r.mu.Unlock()
-		return nil
+	ran, err := r.life.Stop(ctx, nil)
+	if err == nil && ran {
+		err = ctx.Err() // the batch in flight outlived ctx
 	}
-	cancel := r.cancel
-	r.cancel = nil
-	r.mu.Unlock()
-	cancel()
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
+	if ran && err == nil {
 		r.log.Info("relay stopped", "id", r.cfg.ID)
-		return nil
-	case <-ctx.Done():
-		<-done
-		return ctx.Err()
 	}
+	return err
 }
 
 func (r *Relay) loop(ctx context.Context, queue string) {
-	defer r.wg.Done()
 	poll := time.NewTimer(r.cfg.PollInterval)
 	defer poll.Stop()
 	errWait := 100 * time.Millisecond
@@ -257,7 +250,7 @@ func (r *Relay) loop(ctx context.Context, queue string) {
 // RelayBatch relays one batch of queue (the loops started by Start call it
 // repeatedly) and returns how many effects it claimed.
 func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
-	leases, err := pgoutbox.ClaimRelay(ctx, r.pool, queue, r.cfg.ID, r.cfg.Batch, r.cfg.Lease)
+	leases, err := handoff.ClaimRelay(ctx, r.pool, queue, r.cfg.ID, r.cfg.Batch, r.cfg.Lease)
 	if err != nil || len(leases) == 0 {
 		return 0, err
 	}
@@ -277,7 +270,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 	}
 	wait, stop := context.WithTimeout(fctx, r.cfg.PublishTimeout)
 	defer stop()
-	var handover []*pgoutbox.Lease
+	var handover []*handoff.Lease
 	for i, l := range leases {
 		if errs[i] != nil {
 			r.publishFailed(fctx, l, errs[i])
@@ -304,7 +297,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 	if r.cfg.AfterPublish != nil {
 		r.cfg.AfterPublish(len(handover))
 	}
-	done, err := pgoutbox.HandOver(fctx, r.pool, handover, r.horizon)
+	done, err := handoff.HandOver(fctx, r.pool, handover, r.horizon)
 	if err != nil {
 		// The effects stay leased by the relay; when the lease expires the
 		// sweeper makes them available and they are published again, as
@@ -319,7 +312,7 @@ func (r *Relay) RelayBatch(ctx context.Context, queue string) (int, error) {
 }
 
 // message builds the relayed message of l with the given message id.
-func (r *Relay) message(l *pgoutbox.Lease, msgID string) (*natsgo.Msg, error) {
+func (r *Relay) message(l *handoff.Lease, msgID string) (*natsgo.Msg, error) {
 	if err := checkSubjectTail(l.Type); err != nil {
 		return nil, pgoutbox.Permanent(err)
 	}
@@ -347,7 +340,7 @@ func (r *Relay) message(l *pgoutbox.Lease, msgID string) (*natsgo.Msg, error) {
 // key shared by two queues), the effect is published again under the
 // deterministic id "<key>~<sequence of the message it replaces>", so that a
 // relay crash during this step still cannot store it twice.
-func (r *Relay) resolveDuplicate(ctx context.Context, l *pgoutbox.Lease, ack *jetstream.PubAck) error {
+func (r *Relay) resolveDuplicate(ctx context.Context, l *handoff.Lease, ack *jetstream.PubAck) error {
 	for range 16 {
 		stored, err := r.stream.GetMsg(ctx, ack.Sequence)
 		switch {
@@ -374,11 +367,11 @@ func (r *Relay) resolveDuplicate(ctx context.Context, l *pgoutbox.Lease, ack *je
 // payload the broker can never take) dead-letters the effect; anything else
 // releases it to available after a short delay without counting a delivery
 // attempt (the broker being unreachable is not the effect's fault).
-func (r *Relay) publishFailed(ctx context.Context, l *pgoutbox.Lease, err error) {
+func (r *Relay) publishFailed(ctx context.Context, l *handoff.Lease, err error) {
 	r.m.failed.WithLabelValues(l.Queue).Inc()
 	var oe *pgoutbox.OutcomeError
 	if errors.Is(err, natsgo.ErrMaxPayload) || (errors.As(err, &oe) && oe.Outcome == pgoutbox.OutcomePermanent) {
-		if _, ferr := l.Fail(ctx, r.pool, pgoutbox.Permanent(fmt.Errorf("relay: %w", err)), true, 0); ferr != nil {
+		if ferr := l.DeadLetter(ctx, r.pool, pgoutbox.Permanent(fmt.Errorf("relay: %w", err))); ferr != nil {
 			r.log.Error("recording a failed relay", "effect_id", l.ID, "err", ferr)
 		}
 		r.log.Error("effect cannot be relayed; dead-lettered", "effect_id", l.ID, "queue", l.Queue, "effect_type", l.Type, "err", err)
@@ -388,56 +381,4 @@ func (r *Relay) publishFailed(ctx context.Context, l *pgoutbox.Lease, err error)
 		r.log.Error("releasing a failed relay", "effect_id", l.ID, "err", rerr)
 	}
 	r.log.Warn("relay publish failed; released", "effect_id", l.ID, "queue", l.Queue, "err", err)
-}
-
-// listen wakes a queue's loop on each NOTIFY of that queue, and every loop
-// after each (re)connect.
-func (r *Relay) listen(ctx context.Context) {
-	defer r.wg.Done()
-	cfg := r.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = "pgoutbox-relay-listener"
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, cfg)
-		if ctx.Err() != nil {
-			return
-		}
-		r.log.Warn("relay listener disconnected; polling until it reconnects", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) error {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{pgoutbox.NotifyChannel}.Sanitize()); err != nil {
-		return err
-	}
-	for _, ch := range r.wake {
-		signal(ch)
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if ch, ok := r.wake[n.Payload]; ok {
-			signal(ch)
-		}
-	}
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
@@ -38,7 +39,7 @@ func TestRelay100kEffects(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"bulk"}, Batch: 1000, Registerer: reg})
 	handedOver := func() int64 {
-		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'leased' AND lease_owner = $1`, pgoutbox.HandoffOwner)
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'leased' AND lease_owner = $1`, handoff.Owner)
 	}
 	b.waitFor(t, "every effect handed over", func() bool { return handedOver() == total })
 	if msgs, last := b.streamState(t, pgnats.StreamNameDefault); msgs != total || last != total {

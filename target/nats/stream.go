@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
 )
 
 // Defaults of Stream and RetryPolicy.
@@ -77,7 +78,7 @@ func (s Stream) queueFilter(queue string) string {
 	return s.SubjectPrefix + "." + queue + ".>"
 }
 
-// RetryPolicy is the retry policy of relayed effects; its RetryHorizon is
+// RetryPolicy is the retry policy of relayed effects; its Horizon is
 // what the stream's duplicate window must cover. Relay and consumers must be
 // given the same policy.
 type RetryPolicy struct {
@@ -104,12 +105,15 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// Horizon is pgoutbox.RetryHorizon of the policy: the longest time a relayed
-// effect may keep being delivered. It is also the lease under which a relay
-// hands an effect over to JetStream.
+// Horizon is the longest time a relayed effect may keep being delivered:
+// MaxAttempts attempts, each taking at most LeaseDuration (a crashed
+// consumer's effect is taken over when its lease expires) and followed by
+// the largest backoff (2^attempt s capped at BackoffCap, +10 % jitter), plus
+// one more LeaseDuration for the last redelivery. It is also the lease under
+// which a relay hands an effect over to JetStream.
 func (p RetryPolicy) Horizon() time.Duration {
 	p = p.withDefaults()
-	return pgoutbox.RetryHorizon(p.MaxAttempts, p.BackoffCap, p.LeaseDuration)
+	return handoff.RetryHorizon(p.MaxAttempts, p.BackoffCap, p.LeaseDuration)
 }
 
 // ErrDuplicateWindow is matched (errors.Is) by the error of a relay or

@@ -246,9 +246,9 @@ func deliverAll(t *testing.T, ctx context.Context, pool *pgxpool.Pool, n int) []
 	for completed < n {
 		select {
 		case e := <-events:
-			if e.State == "completed" {
+			if e.State == pgoutbox.StateCompleted {
 				completed++
-			} else if e.State != "" && e.State != "available" {
+			} else if e.State != "" && e.State != pgoutbox.StateAvailable {
 				t.Errorf("effect %d reached %s: %v", e.EffectID, e.State, e)
 			}
 		case <-ctx.Done():

@@ -160,7 +160,7 @@ func TestRetryAfterUsesDatabaseClock(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case e := <-events:
-			done = e.EffectID == id && e.State == "completed"
+			done = e.EffectID == id && e.State == pgoutbox.StateCompleted
 		case <-ctx.Done():
 			t.Fatal("the effect never completed")
 		}

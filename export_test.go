@@ -1,0 +1,20 @@
+package pgoutbox
+
+import (
+	"context"
+	"time"
+)
+
+// Unexported engine timings and helpers, exported to this package's external
+// tests only.
+const (
+	ActiveTail        = activeTail
+	ClaimRetryInitial = claimRetryInitial
+	ClaimRetryMax     = claimRetryMax
+)
+
+// Backoff is retryBackoff, for TestBackoff.
+func Backoff(attempt int, limit time.Duration) time.Duration { return retryBackoff(attempt, limit) }
+
+// ExtendLeasesNow runs one pass of the client's lease extender now.
+func (c *Client) ExtendLeasesNow(ctx context.Context) { c.extendLeases(ctx) }

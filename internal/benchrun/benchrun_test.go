@@ -1,0 +1,86 @@
+package benchrun_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestDrainCompletesEveryEffect drains a small backlog with two Clients:
+// the result counts the effects, every effect of the backlog is completed
+// in the database, and the runner was stopped (no effect leased).
+func TestDrainCompletesEveryEffect(t *testing.T) {
+	pool, _ := pgtest.NewPool(t)
+	ctx := context.Background()
+	r, err := benchrun.NewPgoutbox(pool, benchrun.PgoutboxConfig{
+		Queue: "bench-test", Type: "bench.noop", Payload: map[string]string{"pad": "x"},
+		Concurrency: 5, Clients: 2, ClaimBatch: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	var phases []string
+	d, err := benchrun.Drain(ctx, pool, pool, r, benchrun.DrainConfig{
+		Effects: n, InsertBatch: 70, Timeout: time.Minute,
+		Progress: func(phase string, _ func() (float64, string)) func() {
+			phases = append(phases, phase)
+			return func() {}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Effects != n || d.Elapsed <= 0 || d.WALInsert <= 0 || d.WALDrain <= 0 {
+		t.Fatalf("drain result %+v", d)
+	}
+	if got := r.Completed().Load(); got != n {
+		t.Fatalf("completed events %d, want %d", got, n)
+	}
+	var completed, all int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'completed'), count(*)
+		FROM pgoutbox.effects WHERE queue = 'bench-test'`).Scan(&completed, &all); err != nil {
+		t.Fatal(err)
+	}
+	if completed != n || all != n {
+		t.Fatalf("database: %d of %d completed, want %d of %d", completed, all, n, n)
+	}
+	if len(phases) != 2 || phases[0] != "insert" || phases[1] != "drain" {
+		t.Fatalf("progress phases %v", phases)
+	}
+}
+
+// TestCounterWait: Wait returns true once the target is reached, false when
+// the context ends first.
+func TestCounterWait(t *testing.T) {
+	var c benchrun.Counter
+	c.Add(2)
+	if !c.Wait(context.Background(), 2, 0) {
+		t.Fatal("Wait on a reached target returned false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if c.Wait(ctx, 3, 0) {
+		t.Fatal("Wait on an unreached target with an ended context returned true")
+	}
+	go c.Add(1)
+	if !c.Wait(context.Background(), 3, 0) {
+		t.Fatal("Wait did not see the count reach its target")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	if v := benchrun.Percentile(nil, 0.5); !math.IsNaN(v) {
+		t.Fatalf("Percentile(nil) = %v, want NaN", v)
+	}
+	xs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if p50, p99 := benchrun.Percentile(xs, 0.5), benchrun.Percentile(xs, 0.99); p50 != 5 || p99 != 10 {
+		t.Fatalf("p50 %v p99 %v, want 5 and 10", p50, p99)
+	}
+}

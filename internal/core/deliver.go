@@ -1,0 +1,318 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// Outcome names shared with the root package's Outcome values.
+const (
+	OutcomeSuccess   = "success"
+	OutcomeRetry     = "retry"
+	OutcomeAmbiguous = "ambiguous"
+	OutcomeLeaseLost = "lease_lost"
+)
+
+// FinishTimeout bounds a delivery's final write.
+const FinishTimeout = 15 * time.Second
+
+// FinishCtx is the context of a delivery's final write: it survives the
+// delivery's own cancellation but is still bounded.
+func FinishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
+}
+
+// TxFunc is a write that joins a completion transaction.
+type TxFunc = func(ctx context.Context, tx pgx.Tx) error
+
+// Job is one leased effect to deliver.
+type Job struct {
+	// Fence is the lease: every write is fenced by it.
+	Fence store.Fence
+	// Attempt (from 1) and MaxAttempts route a failure.
+	Attempt, MaxAttempts int
+	// ReplaySafe is the type's replay safety (an internal job is always
+	// replay-safe).
+	ReplaySafe bool
+	// Timeout bounds the handler.
+	Timeout time.Duration
+	// Handler delivers an external effect; TxHandler runs an internal job
+	// inside its completion transaction. Exactly one is set.
+	Handler   func(ctx context.Context) error
+	TxHandler TxFunc
+	// Transitions returns what the handler registered to commit with the
+	// completion (Delivery.OnComplete).
+	Transitions func() []TxFunc
+	// HandlerDone, when set, is called once the handler has returned and
+	// the completion waits for a group commit (it frees the delivery slot).
+	HandlerDone func()
+	// Retry, when set, records a failure instead of store.Fail: a broker
+	// consumer hands the effect back to the broker. It reports whether it
+	// handled the failure; found is false when the lease was lost.
+	Retry func(ctx context.Context, r Route, herr error, stopping bool) (handled, found bool, err error)
+}
+
+// Route is where a failed delivery goes.
+type Route struct {
+	// Outcome is the classified outcome (the root package's Outcome).
+	Outcome string
+	// Kind and Delay are the store.Fail arguments.
+	Kind  store.FailKind
+	Delay time.Duration
+}
+
+// Status says how a delivery ended.
+type Status int
+
+// Delivery statuses.
+const (
+	// Completed: the effect was completed.
+	Completed Status = iota + 1
+	// Failed: the failure was recorded; State is the effect's new state.
+	Failed
+	// LeaseLost: a fenced write matched no row; nothing was written.
+	LeaseLost
+	// WriteFailed: the outcome could not be written (Op says which write);
+	// the lease will expire and the sweeper recover the effect.
+	WriteFailed
+	// Unrecorded: the completion transaction's commit failed; the lease
+	// will expire and the sweeper recover the effect.
+	Unrecorded
+)
+
+// Report is the end of one delivery.
+type Report struct {
+	Status Status
+	// Outcome is the classified outcome (OutcomeLeaseLost for LeaseLost).
+	Outcome string
+	// State is the effect's state after Failed.
+	State string
+	// Lag is commit → completion for Completed.
+	Lag time.Duration
+	// Err is the handler's (or the engine's) error.
+	Err error
+	// WriteErr is the error of the write that failed (WriteFailed,
+	// Unrecorded).
+	WriteErr error
+	// Op names the fenced write: "complete", "fail", "reconcile",
+	// "mark started", "hand back".
+	Op string
+	// Delay is the retry's backoff for Failed.
+	Delay time.Duration
+	// Reconciled: delivered, but the completion transition failed, and
+	// the effect was moved to reconciliation_required.
+	Reconciled bool
+	// HandedBack: Job.Retry recorded the failure.
+	HandedBack bool
+}
+
+// Deliverer runs deliveries: the handler with a panic guard and its
+// timeout, then the classified outcome recorded, fenced by the lease.
+type Deliverer struct {
+	// Pool runs the engine's statements.
+	Pool *pgxpool.Pool
+	// Commit completes one effect; nil completes it in its own statement.
+	Commit func(store.Fence) Committed
+	// Route classifies a handler's error.
+	Route func(err error, replaySafe bool, attempt int) Route
+	// Transient marks an engine error as a transient failure (a retry).
+	Transient func(error) error
+	// Shutdown is the cancellation cause of a delivery interrupted by
+	// Stop: a retry or an ambiguous outcome is then released at once.
+	Shutdown error
+}
+
+// Run delivers j: an internal job runs inside its fenced completion
+// transaction; a type that is not replay-safe gets delivery_started_at
+// committed before its handler runs; then Settle records the outcome.
+func (e *Deliverer) Run(ctx context.Context, j *Job) Report {
+	if j.TxHandler != nil {
+		return e.completeTx(ctx, j)
+	}
+	if !j.ReplaySafe {
+		// The record that delivery started commits before the request is
+		// sent: a crash from here on is routed to reconciliation_required.
+		found, err := store.MarkStarted(ctx, e.Pool, j.Fence)
+		if err != nil {
+			return e.fail(ctx, j, e.Transient(fmt.Errorf("record delivery start: %w", err)), false)
+		}
+		if !found {
+			return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "mark started"}
+		}
+	}
+	return e.Settle(ctx, j, e.Handle(ctx, j))
+}
+
+// Handle runs j's handler within its timeout; a panic is an error.
+func (e *Deliverer) Handle(ctx context.Context, j *Job) error {
+	hctx, cancel := context.WithTimeout(ctx, j.Timeout)
+	defer cancel()
+	return Call(hctx, j.Handler)
+}
+
+// Settle records the outcome herr of j's handler.
+func (e *Deliverer) Settle(ctx context.Context, j *Job, herr error) Report {
+	if herr != nil {
+		return e.fail(ctx, j, herr, j.ReplaySafe)
+	}
+	if len(e.transitions(j)) > 0 {
+		return e.completeTx(ctx, j)
+	}
+	if j.HandlerDone != nil {
+		j.HandlerDone()
+	}
+	var c Committed
+	if e.Commit != nil {
+		c = e.Commit(j.Fence)
+	} else {
+		fctx, cancel := FinishCtx(ctx)
+		var done store.Completed
+		done, c.Err = store.Complete(fctx, e.Pool, []store.Fence{j.Fence})
+		cancel()
+		c.Lag, c.OK = done[j.Fence.ID]
+	}
+	switch {
+	case c.Err != nil:
+		return Report{Status: WriteFailed, Outcome: OutcomeSuccess, Op: "complete", WriteErr: c.Err}
+	case !c.OK:
+		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "complete"}
+	}
+	return Report{Status: Completed, Outcome: OutcomeSuccess, Lag: c.Lag}
+}
+
+func (e *Deliverer) transitions(j *Job) []TxFunc {
+	if j.Transitions == nil {
+		return nil
+	}
+	return j.Transitions()
+}
+
+// Call runs fn, turning a panic into an error.
+func Call(ctx context.Context, fn func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return fn(ctx)
+}
+
+// completeTx completes j in its own transaction together with the internal
+// job's handler or the transitions registered with the delivery: the fenced
+// completion locks the row first, then their writes join it.
+func (e *Deliverer) completeTx(ctx context.Context, j *Job) Report {
+	job := j.TxHandler != nil
+	tctx, cancel := context.WithTimeout(ctx, j.Timeout)
+	defer cancel()
+	if !job {
+		// The external effect already happened: the completion must not
+		// be cut short by the delivery's own cancellation.
+		tctx, cancel = FinishCtx(ctx)
+		defer cancel()
+	}
+	tx, err := e.Pool.Begin(tctx)
+	if err != nil {
+		return e.afterTxFailure(ctx, j, fmt.Errorf("begin completion: %w", err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(tctx)) }()
+	done, err := store.Complete(tctx, tx, []store.Fence{j.Fence})
+	if err != nil {
+		return e.afterTxFailure(ctx, j, fmt.Errorf("complete: %w", err))
+	}
+	lag, ok := done[j.Fence.ID]
+	if !ok {
+		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "complete"}
+	}
+	if job {
+		if err := Call(tctx, func(ctx context.Context) error { return j.TxHandler(ctx, tx) }); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(tctx))
+			return e.fail(ctx, j, err, true)
+		}
+	}
+	for _, fn := range e.transitions(j) {
+		if err := fn(tctx, tx); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(tctx))
+			return e.afterTxFailure(ctx, j, fmt.Errorf("completion transition: %w", err))
+		}
+	}
+	// The commit is not cut short by the delivery's cancellation (a lease
+	// extension that saw this very completion, shutdown) or the job's
+	// timeout: once the fenced completion holds the row, interrupting the
+	// COMMIT in flight only makes its outcome unknown, and a commit that
+	// succeeded would then go unreported.
+	cctx, ccancel := FinishCtx(ctx)
+	defer ccancel()
+	if err := tx.Commit(cctx); err != nil {
+		return Report{Status: Unrecorded, Outcome: OutcomeAmbiguous, Op: "commit", WriteErr: fmt.Errorf("completion commit: %w", err)}
+	}
+	return Report{Status: Completed, Outcome: OutcomeSuccess, Lag: lag}
+}
+
+// afterTxFailure handles a completion transaction that could not commit. An
+// internal job or a replay-safe effect is retried. A non-replay-safe effect
+// that was delivered goes to reconciliation_required at once, fenced, with
+// the transition's error, so that an operator sees it without waiting for
+// the lease to expire; only when even that write fails does it keep its
+// lease for the sweeper to route the same way (docs/design.md, "Delivery
+// outcomes").
+func (e *Deliverer) afterTxFailure(ctx context.Context, j *Job, err error) Report {
+	if j.ReplaySafe || j.TxHandler != nil {
+		return e.fail(ctx, j, e.Transient(err), true)
+	}
+	err = fmt.Errorf("delivered, but the completion transition failed: %w", err)
+	fctx, cancel := FinishCtx(ctx)
+	defer cancel()
+	state, found, ferr := store.Fail(fctx, e.Pool, j.Fence, store.FailReconcile, 0, err.Error())
+	switch {
+	case ferr != nil:
+		return Report{Status: WriteFailed, Outcome: OutcomeAmbiguous, Op: "reconcile", Err: err, WriteErr: ferr}
+	case !found:
+		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "reconcile", Err: err}
+	}
+	return Report{Status: Failed, Outcome: OutcomeAmbiguous, State: state, Op: "reconcile", Err: err, Reconciled: true}
+}
+
+// fail records a failed delivery with its classified outcome. A delivery
+// interrupted by Stop (cause Shutdown) is released at once when it would be
+// retried or is ambiguous.
+func (e *Deliverer) fail(ctx context.Context, j *Job, herr error, replaySafe bool) Report {
+	r := e.Route(herr, replaySafe, j.Attempt)
+	stopping := e.Shutdown != nil && errors.Is(context.Cause(ctx), e.Shutdown)
+	rep := Report{Status: Failed, Outcome: r.Outcome, Err: herr, Op: "fail", Delay: r.Delay}
+	fctx, cancel := FinishCtx(ctx)
+	defer cancel()
+	if j.Retry != nil {
+		handled, found, err := j.Retry(fctx, r, herr, stopping)
+		if handled {
+			rep.Op, rep.HandedBack, rep.State = "hand back", true, "leased"
+			switch {
+			case err != nil:
+				rep.Status, rep.WriteErr = WriteFailed, err
+			case !found:
+				rep.Status, rep.Outcome = LeaseLost, OutcomeLeaseLost
+			}
+			return rep
+		}
+	}
+	if stopping && (r.Outcome == OutcomeRetry || r.Outcome == OutcomeAmbiguous) {
+		r.Kind, r.Delay = store.FailRelease, 0
+		rep.Delay = 0
+	}
+	state, found, err := store.Fail(fctx, e.Pool, j.Fence, r.Kind, r.Delay, herr.Error())
+	switch {
+	case err != nil:
+		rep.Status, rep.WriteErr = WriteFailed, err
+	case !found:
+		rep.Status, rep.Outcome = LeaseLost, OutcomeLeaseLost
+	default:
+		rep.State = state
+	}
+	return rep
+}

@@ -1,0 +1,111 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// Held is one in-flight lease.
+type Held struct {
+	// Fence is the lease.
+	Fence store.Fence
+	// Cancel cancels the delivery; the extender calls it with LostCause
+	// when the lease was lost.
+	Cancel context.CancelCauseFunc
+	// Kept, when set, is called after each extension that kept the lease
+	// (a broker consumer tells the broker the message is in progress).
+	Kept func()
+}
+
+// Leases is the registry of an engine's in-flight leases, keyed by effect id.
+type Leases struct {
+	mu sync.Mutex
+	m  map[int64]*Held
+}
+
+// Put registers h, replacing the lease of the same effect.
+func (l *Leases) Put(h *Held) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[int64]*Held{}
+	}
+	l.m[h.Fence.ID] = h
+	l.mu.Unlock()
+}
+
+// Delete forgets the lease of effect id.
+func (l *Leases) Delete(id int64) {
+	l.mu.Lock()
+	delete(l.m, id)
+	l.mu.Unlock()
+}
+
+func (l *Leases) snapshot() []*Held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*Held, 0, len(l.m))
+	for _, h := range l.m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// Extender extends every lease of Leases in one statement per tick.
+type Extender struct {
+	// DB runs the extension.
+	DB store.DBTX
+	// Leases are the leases extended.
+	Leases *Leases
+	// Lease is the new lease length, from now() on the database clock.
+	Lease time.Duration
+	// LostCause is the cancellation cause of a delivery whose lease was lost.
+	LostCause error
+	// Log receives extension failures.
+	Log *slog.Logger
+}
+
+// Run extends every interval until ctx ends.
+func (e *Extender) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			e.ExtendNow(ctx)
+		}
+	}
+}
+
+// ExtendNow extends every registered lease now, cancels (with LostCause)
+// the deliveries whose lease was lost and calls Kept of the others.
+func (e *Extender) ExtendNow(ctx context.Context) {
+	held := e.Leases.snapshot()
+	if len(held) == 0 {
+		return
+	}
+	fences := make([]store.Fence, len(held))
+	for i, h := range held {
+		fences[i] = h.Fence
+	}
+	kept, err := store.Extend(ctx, e.DB, fences, e.Lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.Log.Error("lease extension failed", "err", err, "leases", len(fences))
+		}
+		return
+	}
+	for _, h := range held {
+		switch {
+		case !kept[h.Fence.ID]:
+			h.Cancel(e.LostCause)
+		case h.Kept != nil:
+			h.Kept()
+		}
+	}
+}

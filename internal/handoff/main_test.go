@@ -1,0 +1,123 @@
+package handoff_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+func TestMain(m *testing.M) {
+	pgtest.Main(m, func() error { return goleak.Find() })
+}
+
+// bundle is what a test gets from setup: a migrated database of its own.
+type bundle struct {
+	pool *pgxpool.Pool
+	ctx  context.Context
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return &bundle{pool: pool, ctx: ctx}
+}
+
+// enqueue writes effects in one committed transaction.
+func (b *bundle) enqueue(t *testing.T, effects ...pgoutbox.Effect) []int64 {
+	t.Helper()
+	var ids []int64
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = pgoutbox.EnqueueBatch(b.ctx, tx, effects)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// row is the externally visible part of an effect.
+type row struct {
+	State       string
+	Attempts    int
+	Started     *time.Time
+	AvailableIn float64 // available_at - now(), seconds
+	LastError   *string
+}
+
+func (b *bundle) row(t *testing.T, id int64) row {
+	t.Helper()
+	var r row
+	err := b.pool.QueryRow(b.ctx, `
+		SELECT state::text, attempts, delivery_started_at,
+		       extract(epoch FROM available_at - now())::float8, last_error
+		FROM pgoutbox.effects WHERE id = $1`, id).
+		Scan(&r.State, &r.Attempts, &r.Started, &r.AvailableIn, &r.LastError)
+	if err != nil {
+		t.Fatalf("row %d: %v", id, err)
+	}
+	return r
+}
+
+// rowJSON captures a whole row, to prove a write changed nothing.
+func (b *bundle) rowJSON(t *testing.T, id int64) string {
+	t.Helper()
+	var s string
+	if err := b.pool.QueryRow(b.ctx, `SELECT to_jsonb(e)::text FROM pgoutbox.effects e WHERE id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// expire moves an effect's lease into the past (what waiting out the lease
+// would do, without waiting).
+func expire(t *testing.T, b *bundle, ids ...int64) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET lease_expires_at = now() - interval '1 second'
+		WHERE id = ANY($1) AND state = 'leased'`, ids); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The fenced writes a consumer makes through internal/core (the group
+// committer's completion, the deliverer's start record, the extender), run
+// here on one lease; a write that matches no row is ErrLeaseLost.
+
+func complete(b *bundle, l *handoff.Lease) error {
+	done, err := store.Complete(b.ctx, b.pool, []store.Fence{l.Fence})
+	if err != nil {
+		return err
+	}
+	if _, ok := done[l.ID]; !ok {
+		return pgoutbox.ErrLeaseLost
+	}
+	return nil
+}
+
+func markStarted(b *bundle, l *handoff.Lease) error {
+	ok, err := store.MarkStarted(b.ctx, b.pool, l.Fence)
+	if err == nil && !ok {
+		err = pgoutbox.ErrLeaseLost
+	}
+	return err
+}
+
+func extend(b *bundle, l *handoff.Lease, d time.Duration) error {
+	kept, err := store.Extend(b.ctx, b.pool, []store.Fence{l.Fence}, d)
+	if err == nil && !kept[l.ID] {
+		err = pgoutbox.ErrLeaseLost
+	}
+	return err
+}
