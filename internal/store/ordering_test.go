@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
@@ -310,5 +311,40 @@ func TestOrderedEnqueueManyKeysInOneTransaction(t *testing.T) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Ordered enqueues and claims work in every query mode a transaction
+// pooler allows (docs/poolers.md): the arrays of ordering keys (with NULLs)
+// have a text encoding.
+func TestOrderedEnqueueSimpleProtocol(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins, err := Insert(ctx, pool, []NewEffect{
+			{Queue: mode.String(), Type: "t", Key: "a", Payload: []byte(`{}`), MaxAttempts: 8, OrderingKey: "k"},
+			{Queue: mode.String(), Type: "t", Key: "b", Payload: []byte(`{}`), MaxAttempts: 8},
+			{Queue: mode.String(), Type: "t", Key: "c", Payload: []byte(`{}`), MaxAttempts: 8, OrderingKey: "k"},
+		})
+		if err != nil {
+			pool.Close()
+			t.Fatalf("%v: %v", mode, err)
+		}
+		claimed, err := Claim(ctx, pool, mode.String(), "w", 10, time.Minute)
+		pool.Close()
+		if err != nil || len(claimed) != 2 || claimed[0].ID != ins[0].ID || claimed[1].ID != ins[1].ID {
+			t.Fatalf("%v: claimed %d (%v), want a and b", mode, len(claimed), err)
+		}
 	}
 }
