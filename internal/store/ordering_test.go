@@ -83,7 +83,11 @@ func TestClaimPlanUnchangedWithoutOrderedEffects(t *testing.T) {
 	if !strings.Contains(ordered, "effects_ordering_idx") || strings.Contains(ordered, "Seq Scan on effects") {
 		t.Fatalf("the head-of-line check does not probe effects_ordering_idx:\n%s", ordered)
 	}
-	t.Logf("unordered claim:\n%s\nordered claim:\n%s", after, ordered)
+	blocked := explain(ctx, t, pool, "blocked keys", blockedKeysSQL, "", false, 100)
+	if strings.Contains(blocked, "Seq Scan on effects") || !strings.Contains(blocked, "effects_ordering_idx") {
+		t.Errorf("blocked keys does not read effects_ordering_idx:\n%s", blocked)
+	}
+	t.Logf("unordered claim:\n%s\nordered claim:\n%s\nblocked keys:\n%s", after, ordered, blocked)
 }
 
 func orderedPool(t *testing.T) (*pgxpool.Pool, context.Context) {
