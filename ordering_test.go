@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,9 @@ func TestOrderedDeadLetterStrictAndMoveOn(t *testing.T) {
 			h := func(_ context.Context, d *pgoutbox.Delivery) error {
 				mu.Lock()
 				defer mu.Unlock()
+				if want := map[string]string{"strict": "A", "moveon": "B", "other": "C", "free": ""}[strings.SplitN(d.Key, "-", 2)[0]]; d.OrderingKey != want {
+					order = append(order, "bad ordering key "+d.OrderingKey)
+				}
 				if poisoned[d.Key] {
 					delete(poisoned, d.Key) // fails once, succeeds when replayed
 					return pgoutbox.Permanent(errors.New("422"))

@@ -256,6 +256,8 @@ type Claimed struct {
 	CreatedAt         time.Time
 	ClaimLatency      time.Duration // now() at claim minus available_at
 	DeliveryStartedAt *time.Time
+	// OrderingKey is the effect's ordering key ("" for none).
+	OrderingKey string
 	// Suspect is set by LockClaim only: the effect was attempted before, or
 	// its row still carries the lock of an earlier claimer that never wrote
 	// it (a row-lock holder whose worker died during the hold). It must not
@@ -314,7 +316,8 @@ RETURNING ` + claimedColumns
 
 // claimedColumns is what every claim returns, in Claimed's scan order.
 const claimedColumns = `e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
-    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at`
+    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at,
+    coalesce(e.ordering_key, '')`
 
 const claimSQL = `WITH next AS (SELECT id ` + claimableSQL + `)` + leaseSQL
 
@@ -347,7 +350,7 @@ func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 		var c Claimed
 		var lat float64
 		dest := []any{&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
-			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt}
+			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt, &c.OrderingKey}
 		if suspect {
 			dest = append(dest, &c.Suspect)
 		}
@@ -377,7 +380,7 @@ func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 // them last: a retry takes a durable lease.
 const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts + 1, e.max_attempts,
     '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
-    e.delivery_started_at, (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
+    e.delivery_started_at, coalesce(e.ordering_key, ''), (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
 
 // LockClaim is the claim of a row-lock lease: inside tx it locks up to limit
 // available effects of a queue (oldest first, skipping rows another claimer

@@ -47,6 +47,9 @@ func TestRelayKeepsPerKeyOrder(t *testing.T) {
 		}
 		okey := fmt.Sprintf("k%d", k)
 		mu.Lock()
+		if d.OrderingKey != okey {
+			failures = append(failures, fmt.Sprintf("%s: Delivery.OrderingKey %q, want %q", d.Key, d.OrderingKey, okey))
+		}
 		if other, ok := inFlight[okey]; ok {
 			failures = append(failures, fmt.Sprintf("%s delivered while %s is in flight", d.Key, other))
 		}
