@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
@@ -97,4 +98,78 @@ func BenchmarkEnqueueBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "effects/s")
+}
+
+// BenchmarkOrderedDrain drains the same effects unordered, spread over
+// 1,000 ordering keys, and on one key, on a cluster of its own (so that
+// the WAL it reports is its own): effects/s and WAL bytes per effect, the
+// enqueue included (nothing is asserted). The one-key case drains fewer
+// effects (PGOUTBOX_BENCH_N / 10): it is serial by definition.
+// Run: go test -run '^$' -bench OrderedDrain -benchtime 1x .
+func BenchmarkOrderedDrain(b *testing.B) {
+	n := 20_000
+	if v, err := strconv.Atoi(os.Getenv("PGOUTBOX_BENCH_N")); err == nil {
+		n = v
+	}
+	cl := pgtest.NewCluster(b)
+	for _, keys := range []int{0, 1000, 1} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			total := n
+			if keys == 1 {
+				total = n / 10
+			}
+			var elapsed time.Duration
+			var wal float64
+			for range b.N {
+				b.StopTimer()
+				ctx := context.Background()
+				pool, err := pgxpool.New(ctx, cl.NewDB(b))
+				if err != nil {
+					b.Fatal(err)
+				}
+				bb := &bundle{pool: pool, ctx: ctx}
+				effects := make([]pgoutbox.Effect, total)
+				for i := range effects {
+					effects[i] = pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i), Payload: map[string]any{"pad": pad300}}
+					if keys > 0 {
+						effects[i].OrderingKey = "k" + strconv.Itoa(i%keys)
+					}
+				}
+				var lsn0, lsn1 float64
+				if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&lsn0); err != nil {
+					b.Fatal(err)
+				}
+				if err := enqueueAll(bb, effects); err != nil {
+					b.Fatal(err)
+				}
+				c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+					Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: 32}},
+					Types:  []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: noop}},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events, done := c.Subscribe(total + 10)
+				b.StartTimer()
+				start := time.Now()
+				if err := c.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				for range total {
+					<-events
+				}
+				elapsed += time.Since(start)
+				b.StopTimer()
+				done()
+				_ = c.Stop(ctx)
+				if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&lsn1); err != nil {
+					b.Fatal(err)
+				}
+				wal += (lsn1 - lsn0) / float64(total)
+				pool.Close()
+			}
+			b.ReportMetric(float64(total*b.N)/elapsed.Seconds(), "effects/s")
+			b.ReportMetric(wal/float64(b.N), "WAL-bytes/effect")
+		})
+	}
 }

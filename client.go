@@ -91,6 +91,9 @@ func (c *Client) Start(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := c.registerOrdering(ctx); err != nil {
+			return err
+		}
 		c.commit = core.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
 		if len(c.queues) > 0 {
 			c.life.Service(func(ctx context.Context) { c.ext.Run(ctx, c.cfg.LeaseDuration/3) })

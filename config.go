@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // Defaults of Config and QueueConfig. Each is used when the field is zero.
@@ -94,6 +96,16 @@ type EffectType struct {
 	// DeliveryTimeout; it must be below Config.LeaseDuration. Default zero:
 	// the queue's DeliveryTimeout.
 	Timeout time.Duration
+	// OrderingMovesOn chooses what a dead letter of this type does to the
+	// later effects of its ordering key (Effect.OrderingKey): false (the
+	// default, strict) holds them back until the dead letter is replayed
+	// and delivered (or deleted); true lets the key move on, and the dead
+	// letter, if replayed, is delivered after the effects that overtook it.
+	// A Client with queues records its types' choice in the database
+	// (pgoutbox.ordering_types) when it starts; every claimer, and the
+	// operator commands, read it from there. Clients that register one type
+	// with different choices overwrite each other: give it one.
+	OrderingMovesOn bool
 }
 
 // QueueConfig sizes one queue's worker pool.
@@ -293,6 +305,35 @@ func (c Config) withDefaults() (Config, error) {
 		seen[t.Name] = true
 	}
 	return c, nil
+}
+
+// registerOrdering records, when the client has queues, its registered
+// types' ordering choices (RegisterOrdering).
+func (c *Client) registerOrdering(ctx context.Context) error {
+	if len(c.queues) == 0 {
+		return nil
+	}
+	return RegisterOrdering(ctx, c.pool, c.cfg.Types)
+}
+
+// RegisterOrdering records in the database each type's dead-letter choice
+// for ordered keys (EffectType.OrderingMovesOn), in
+// pgoutbox.ordering_types, which every claim reads; rows already right are
+// not written. A Client with queues calls it when it starts; a program that
+// claims through ClaimLeases or ClaimRelay calls it itself (a type never
+// registered is strict).
+func RegisterOrdering(ctx context.Context, db DB, types []EffectType) error {
+	if len(types) == 0 {
+		return nil
+	}
+	names, moveOn := make([]string, len(types)), make([]bool, len(types))
+	for i, t := range types {
+		names[i], moveOn[i] = t.Name, t.OrderingMovesOn
+	}
+	if err := store.SetOrderingTypes(ctx, db, names, moveOn); err != nil {
+		return fmt.Errorf("pgoutbox: record the effect types' ordering choices: %w", err)
+	}
+	return nil
 }
 
 // retryBackoff is the delay before retry number attempt+1: 2^attempt

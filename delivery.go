@@ -24,6 +24,10 @@ type Delivery struct {
 	CreatedAt time.Time
 	// LeaseToken identifies this lease (not a secret; useful in call logs).
 	LeaseToken string
+	// OrderingKey is the effect's Effect.OrderingKey ("" for none): the
+	// engine delivers this effect only after every earlier effect of its
+	// queue and ordering key (docs/design.md, "Per-key ordering").
+	OrderingKey string
 
 	onComplete []func(ctx context.Context, tx pgx.Tx) error
 }

@@ -57,6 +57,18 @@ type Effect struct {
 	// says. It must not be negative, and it cannot be combined with
 	// AvailableAt. Zero means no delay.
 	Delay time.Duration
+	// OrderingKey, when set, orders the effect among the effects of its
+	// queue that share the key: they are delivered one at a time, in the
+	// order their enqueuing transactions committed (docs/design.md,
+	// "Per-key ordering"). The enqueue takes a lock on (Queue,
+	// OrderingKey) (one of 256 stripes per queue) that it holds until tx
+	// ends, so transactions enqueuing to one key commit one after the
+	// other; enqueue a transaction's ordered effects in one batch, or two
+	// transactions enqueuing in several statements may deadlock
+	// (PostgreSQL then aborts one with 40P01: retry it). At most 512 bytes,
+	// not only white space. Empty means none: the effect is not held back
+	// by any other.
+	OrderingKey string
 }
 
 // Key returns a deterministic idempotency key: the hex SHA-256 of the parts
@@ -136,6 +148,8 @@ func prepare(e Effect) (store.NewEffect, error) {
 		return store.NewEffect{}, &InvalidEffectError{Field: "Type", Reason: "must be 1-128 characters"}
 	case strings.TrimSpace(e.Key) == "" || len(e.Key) > 512:
 		return store.NewEffect{}, &InvalidEffectError{Field: "Key", Reason: "must be 1-512 characters"}
+	case e.OrderingKey != "" && (strings.TrimSpace(e.OrderingKey) == "" || len(e.OrderingKey) > 512):
+		return store.NewEffect{}, &InvalidEffectError{Field: "OrderingKey", Reason: "must be empty (none) or 1-512 characters, not only white space"}
 	case e.MaxAttempts < 0 || e.MaxAttempts > 1000:
 		return store.NewEffect{}, &InvalidEffectError{Field: "MaxAttempts", Reason: "must be between 0 (default) and 1000"}
 	case e.Delay < 0:
@@ -147,7 +161,8 @@ func prepare(e Effect) (store.NewEffect, error) {
 	if err != nil {
 		return store.NewEffect{}, err
 	}
-	ne := store.NewEffect{Queue: e.Queue, Type: e.Type, Key: e.Key, Payload: payload, MaxAttempts: e.MaxAttempts}
+	ne := store.NewEffect{Queue: e.Queue, Type: e.Type, Key: e.Key, Payload: payload, MaxAttempts: e.MaxAttempts,
+		OrderingKey: e.OrderingKey}
 	if ne.MaxAttempts == 0 {
 		ne.MaxAttempts = MaxAttemptsDefault
 	}

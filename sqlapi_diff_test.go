@@ -404,7 +404,8 @@ func TestSQLFieldRulesMatchGo(t *testing.T) {
 		cases = append(cases,
 			tc{Effect{Queue: s, Type: "t", Key: "k"}, "queue"},
 			tc{Effect{Queue: "q", Type: s, Key: "k"}, "effect_type"},
-			tc{Effect{Queue: "q", Type: "t", Key: s}, "idempotency_key"})
+			tc{Effect{Queue: "q", Type: "t", Key: s}, "idempotency_key"},
+			tc{Effect{Queue: "q", Type: "t", Key: "k", OrderingKey: s}, "ordering_key"})
 	}
 	for _, n := range []int{-1, 0, 1, 8, 1000, 1001} {
 		cases = append(cases, tc{Effect{Queue: "q", Type: "t", Key: "k", MaxAttempts: n}, "max_attempts"})
@@ -430,8 +431,12 @@ func TestSQLFieldRulesMatchGo(t *testing.T) {
 			if !c.e.AvailableAt.IsZero() {
 				avail = &c.e.AvailableAt
 			}
-			if _, err := sp.Exec(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, NULL, $4, $5, $6)`,
-				c.e.Queue, c.e.Type, c.e.Key, c.e.MaxAttempts, avail, c.e.Delay); err != nil {
+			var okey *string // Go's "" (no ordering key) is SQL's NULL
+			if c.e.OrderingKey != "" {
+				okey = &c.e.OrderingKey
+			}
+			if _, err := sp.Exec(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, NULL, $4, $5, $6, $7)`,
+				c.e.Queue, c.e.Type, c.e.Key, c.e.MaxAttempts, avail, c.e.Delay, okey); err != nil {
 				return err
 			}
 			return sp.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects`).Scan(&n)

@@ -30,9 +30,13 @@ func sqlEnqueue(ctx context.Context, tx pgx.Tx, e pgoutbox.Effect) (int64, error
 	if !e.AvailableAt.IsZero() {
 		avail = &e.AvailableAt
 	}
+	var okey *string // Go's "" (none) is SQL's NULL
+	if e.OrderingKey != "" {
+		okey = &e.OrderingKey
+	}
 	var id int64
-	err := tx.QueryRow(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5, $6, $7)`,
-		e.Queue, e.Type, e.Key, payload, e.MaxAttempts, avail, e.Delay).Scan(&id)
+	err := tx.QueryRow(ctx, `SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5, $6, $7, $8)`,
+		e.Queue, e.Type, e.Key, payload, e.MaxAttempts, avail, e.Delay, okey).Scan(&id)
 	return id, err
 }
 
@@ -61,6 +65,8 @@ func TestSQLEnqueueWritesGoRows(t *testing.T) {
 		{Queue: "q", Type: "t", Delay: 90*time.Second + 250*time.Millisecond},
 		{Queue: "q", Type: "t", Payload: json.RawMessage(`{"a": 1, "a": 2, "b": 10000000000000000000001}`)},
 		{Queue: "ü", Type: "型", Payload: map[string]any{"name": "x\ty"}},
+		{Queue: "q", Type: "t", OrderingKey: "record-1"},
+		{Queue: "q", Type: "t", OrderingKey: "ключ 型"},
 	} {
 		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			e.Key = fmt.Sprintf("go-%d", i)
@@ -192,6 +198,9 @@ func TestSQLEnqueueBadInputWritesNothing(t *testing.T) {
 			[]any{`[{"queue": "q", "effect_type": "t", "idempotency_key": "k", "available_at": "soon"}]`}, "OB001", `available_at "soon" is not a timestamp`},
 		{"batch: not an array", `SELECT * FROM pgoutbox.enqueue_batch('{"queue": "q"}')`, nil, "OB001", "effects must be a JSON array"},
 		{"batch: not objects", `SELECT * FROM pgoutbox.enqueue_batch('[1]')`, nil, "OB001", "must be a JSON object, not number"},
+		{"blank ordering key", `SELECT pgoutbox.enqueue('q', 't', 'k', ordering_key => ' ')`, nil, "OB001", "ordering_key must be NULL (none) or 1-512 bytes"},
+		{"batch: ordering key not a string", `SELECT * FROM pgoutbox.enqueue_batch($1::text::json)`,
+			[]any{`[{"queue": "q", "effect_type": "t", "idempotency_key": "k", "ordering_key": 7}]`}, "OB001", "ordering_key must be a JSON string, not number"},
 	} {
 		before, keysBefore := b.count(t), b.keyRows(t)
 		_, err := b.pool.Exec(b.ctx, c.sql, c.args...)
@@ -206,6 +215,26 @@ func TestSQLEnqueueBadInputWritesNothing(t *testing.T) {
 	}
 	if n := b.count(t); n != 1 {
 		t.Fatalf("%d effects, want the 1 enqueued first", n)
+	}
+}
+
+// enqueue_batch takes ordering keys, stored as given (absent or null: none).
+func TestSQLEnqueueBatchOrderingKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `SELECT * FROM pgoutbox.enqueue_batch('[
+		{"queue": "q", "effect_type": "t", "idempotency_key": "a", "ordering_key": "k1"},
+		{"queue": "q", "effect_type": "t", "idempotency_key": "b", "ordering_key": null},
+		{"queue": "q", "effect_type": "t", "idempotency_key": "c"},
+		{"queue": "q", "effect_type": "t", "idempotency_key": "d", "ordering_key": "k1"}]')`); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := b.pool.QueryRow(b.ctx, `SELECT array_agg(idempotency_key || '=' || coalesce(ordering_key, '-') ORDER BY id) FROM pgoutbox.effects`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if want := "a=k1 b=- c=- d=k1"; strings.Join(got, " ") != want {
+		t.Fatalf("stored %v, want %s", got, want)
 	}
 }
 
@@ -380,7 +409,7 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key) VALUES ('q', 't', 'direct')`,
 		`UPDATE pgoutbox.effects SET state = 'completed'`,
 		`DELETE FROM pgoutbox.effects`,
-		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}', '{NULL}')`,
+		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}')`,
 	} {
 		refused("pgoutbox_enqueuer", sql)
 	}

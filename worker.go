@@ -218,7 +218,7 @@ func (q *queueWorker) start(cl store.Claimed) {
 func newDelivery(cl store.Claimed) *Delivery {
 	d := &Delivery{
 		ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
-		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
+		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt, OrderingKey: cl.OrderingKey,
 	}
 	if cl.Token != (uuid.UUID{}) {
 		d.LeaseToken = cl.Token.String()

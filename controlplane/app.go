@@ -65,11 +65,19 @@ func (a *App) Queues() map[string]pgoutbox.QueueConfig {
 }
 
 // Types registers the lifecycle job and the three GitHub effect types.
+//
+// A release run's GitHub effects share an ordering key (runOrderingKey). A
+// dead Check Run create holds the run's later effects (strict: completing a
+// Check Run that was never created is pointless; replay it first). A dead
+// dispatch or completion lets the run move on: a rerequested Check Run
+// starts a new attempt, whose dispatch must not wait for the failed one. A
+// dispatch in reconciliation_required holds the run until an operator
+// resolves or supersedes it.
 func (a *App) Types() []pgoutbox.EffectType {
 	return []pgoutbox.EffectType{
 		{Name: TypeWebhook, TxHandler: a.applyWebhook},
 		{Name: TypeCheckRunCreate, ReplaySafe: true, Handler: a.createCheckRun},
-		{Name: TypeWorkflowDispatch, ReplaySafe: false, Handler: a.dispatchWorkflow},
-		{Name: TypeCheckRunComplete, ReplaySafe: true, Handler: a.completeCheckRun},
+		{Name: TypeWorkflowDispatch, ReplaySafe: false, Handler: a.dispatchWorkflow, OrderingMovesOn: true},
+		{Name: TypeCheckRunComplete, ReplaySafe: true, Handler: a.completeCheckRun, OrderingMovesOn: true},
 	}
 }

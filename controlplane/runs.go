@@ -111,7 +111,7 @@ func (a *App) startRun(ctx context.Context, tx pgx.Tx, r repo, ref, sha, source 
 		return StartedRun{}, err
 	}
 	if _, err := pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{
-		Queue: QueueOutbox, Type: TypeCheckRunCreate, MaxAttempts: a.cfg.MaxAttempts,
+		Queue: QueueOutbox, Type: TypeCheckRunCreate, MaxAttempts: a.cfg.MaxAttempts, OrderingKey: runOrderingKey(runID),
 		Key: pgoutbox.Key(TypeCheckRunCreate, strconv.FormatInt(runID, 10)),
 		Payload: CheckRunCreate{ReleaseRunID: runID, InstallationID: r.InstallationID, Repository: r.FullName,
 			HeadSHA: sha, Name: a.cfg.CheckRunName, ExternalID: strconv.FormatInt(runID, 10)},
@@ -137,7 +137,7 @@ func (a *App) newAttempt(ctx context.Context, tx pgx.Tx, runID int64, r repo, re
 		return StartedRun{}, err
 	}
 	_, err := pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{
-		Queue: QueueOutbox, Type: TypeWorkflowDispatch, MaxAttempts: a.cfg.MaxAttempts,
+		Queue: QueueOutbox, Type: TypeWorkflowDispatch, MaxAttempts: a.cfg.MaxAttempts, OrderingKey: runOrderingKey(runID),
 		Key: pgoutbox.Key(TypeWorkflowDispatch, strconv.FormatInt(s.ExecutionAttemptID, 10)),
 		Payload: WorkflowDispatch{ReleaseRunID: runID, ExecutionAttemptID: s.ExecutionAttemptID,
 			AttemptNumber: s.AttemptNumber, InstallationID: r.InstallationID, Repository: r.FullName,
@@ -145,6 +145,14 @@ func (a *App) newAttempt(ctx context.Context, tx pgx.Tx, runID int64, r repo, re
 	})
 	return s, err
 }
+
+// runOrderingKey is the ordering key of a release run's GitHub effects
+// (docs/design.md, "Per-key ordering"): Check Run create, each attempt's
+// dispatch and Check Run completion reach GitHub one at a time, in the order
+// their transactions committed. The handlers' own checks (a stored
+// check_run_id, the attempt still being the latest) stay as defence in
+// depth.
+func runOrderingKey(runID int64) string { return "release_run:" + strconv.FormatInt(runID, 10) }
 
 // runInfo is what effects need to know about a release run.
 type runInfo struct {
@@ -179,7 +187,7 @@ func (a *App) concludeAttempt(ctx context.Context, tx pgx.Tx, runID, attemptID, 
 		return err
 	}
 	_, err = pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{
-		Queue: QueueOutbox, Type: TypeCheckRunComplete, MaxAttempts: a.cfg.MaxAttempts,
+		Queue: QueueOutbox, Type: TypeCheckRunComplete, MaxAttempts: a.cfg.MaxAttempts, OrderingKey: runOrderingKey(runID),
 		Key: pgoutbox.Key(TypeCheckRunComplete, strconv.FormatInt(attemptID, 10)),
 		Payload: CheckRunComplete{ReleaseRunID: runID, ExecutionAttemptID: attemptID, InstallationID: ri.InstallationID,
 			Repository: ri.FullName, Conclusion: conclusion, WorkflowRunID: workflowRunID},

@@ -73,8 +73,12 @@ func (a *App) EffectTypes() []pgoutbox.EffectType {
 	if !a.Enabled() {
 		return nil
 	}
+	// A record's effects are ordered by record id (records.go); a dead
+	// letter lets the record's later versions through: each carries the
+	// whole record and replaces it by id, and a replayed older version is
+	// refused by the version check.
 	return []pgoutbox.EffectType{{
-		Name: EffectType, ReplaySafe: true, Handler: a.Handle,
+		Name: EffectType, ReplaySafe: true, Handler: a.Handle, OrderingMovesOn: true,
 	}}
 }
 

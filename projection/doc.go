@@ -23,6 +23,11 @@
 //     is unreadable as a whole stops the import with 4xx; rows of
 //     transactions already committed stay, and re-posting resumes (they are
 //     unchanged).
+//   - Per-record order: record.upsert effects carry the record id as their
+//     ordering key (pgoutbox.Effect.OrderingKey), so the engine delivers a
+//     record's effects one at a time in commit order; a dead letter lets the
+//     record's later versions through (EffectType.OrderingMovesOn). The
+//     checks below stay as defence in depth.
 //   - Out-of-order safety: deliveries of one record are serialized by a
 //     transaction-scoped advisory lock, and each reads the record's current
 //     state under that lock and projects it, so an older state is never sent

@@ -155,6 +155,11 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 	if limit <= 0 {
 		limit = BatchDefault
 	}
+	// record.upsert's dead letters let a record's later versions through
+	// (EffectTypes): record it for the claim, as a Client does at start.
+	if err := pgoutbox.RegisterOrdering(ctx, a.pool, a.EffectTypes()); err != nil {
+		return Summary{}, err
+	}
 	leases, err := pgoutbox.ClaimLeases(ctx, a.pool, Queue, owner(), limit, a.cfg.Lease)
 	if err != nil {
 		return Summary{}, err

@@ -259,9 +259,13 @@ func writeBatch(ctx context.Context, tx pgx.Tx, rows []parsed, maxAttempts int) 
 			if seen[key] {
 				key = revertKey(w.id, w.hash, w.version)
 			}
+			// Ordered by record id: a record's versions reach the targets
+			// in commit order (docs/design.md, "Per-key ordering"); the
+			// version checks stay as defence in depth.
 			effects = append(effects, pgoutbox.Effect{
 				Queue: Queue, Type: EffectType, Key: key, MaxAttempts: maxAttempts,
-				Payload: Payload{RecordID: w.id, Version: w.version, SourceHash: w.hash},
+				Payload:     Payload{RecordID: w.id, Version: w.version, SourceHash: w.hash},
+				OrderingKey: w.id,
 			})
 			order = append(order, w.id)
 		}

@@ -49,6 +49,10 @@ type WorkersReport struct {
 	Projection  ProjectionState `json:"projection"`
 	// Attention lists dead letters and reconciliation records, newest first.
 	Attention []AttentionItem `json:"attention"`
+	// Blocked lists the ordering keys whose effects wait behind an earlier
+	// effect of the key (docs/design.md, "Per-key ordering"), longest
+	// waiting first; `pgoutbox blocked-keys` lists them too.
+	Blocked []BlockedItem `json:"blocked_keys"`
 	// StateNames maps the projection's old state names to the engine's.
 	StateNames []StateName `json:"state_names"`
 	// RefreshSeconds is how often the page refreshes itself.
@@ -118,6 +122,20 @@ type NextDrain struct {
 	At  *time.Time `json:"at"`
 	By  string     `json:"by"`
 	Why string     `json:"why,omitempty"`
+}
+
+// BlockedItem is an ordering key held back by its head effect.
+type BlockedItem struct {
+	Queue       string    `json:"queue"`
+	OrderingKey string    `json:"ordering_key"`
+	Waiting     int64     `json:"waiting"`
+	Since       time.Time `json:"oldest_waiting_since"`
+	HeadID      int64     `json:"head_id"`
+	HeadType    string    `json:"head_effect_type"`
+	HeadState   string    `json:"head_state"`
+	// Stuck: the head waits for an operator (a strict dead letter, a
+	// reconciliation record).
+	Stuck bool `json:"stuck"`
 }
 
 // AttentionItem is a dead letter or reconciliation record.
@@ -192,6 +210,17 @@ func (a *App) Report(ctx context.Context) (WorkersReport, error) {
 			it.LastError = it.LastError[:500] + "…"
 		}
 		rep.Attention = append(rep.Attention, it)
+	}
+
+	blocked, err := store.BlockedKeys(ctx, a.pool, "", false, attentionLimit)
+	if err != nil {
+		return rep, err
+	}
+	rep.Blocked = make([]BlockedItem, 0, len(blocked))
+	for _, k := range blocked {
+		rep.Blocked = append(rep.Blocked, BlockedItem{Queue: k.Queue, OrderingKey: k.OrderingKey, Waiting: k.Waiting,
+			Since: k.OldestWaiting, HeadID: k.HeadID, HeadType: k.HeadType, HeadState: k.HeadState,
+			Stuck: k.HeadState == "dead_letter" || k.HeadState == "reconciliation_required"})
 	}
 
 	p := &rep.Projection

@@ -21,6 +21,7 @@ func commands(g *globals) []*cobra.Command {
 		newStatusCmd(g),
 		newDLQCmd(g),
 		newRequeueStaleCmd(g),
+		newBlockedKeysCmd(g),
 		newAlertCmd(g),
 		newReadinessCmd(g),
 		newDocsCmd(g),

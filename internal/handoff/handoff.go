@@ -52,7 +52,7 @@ func newLease(cl store.Claimed) *Lease {
 	l := &Lease{
 		Delivery: pgoutbox.Delivery{
 			ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
-			Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt,
+			Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt, OrderingKey: cl.OrderingKey,
 		},
 		Fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
 	}

@@ -90,6 +90,10 @@ type NewEffect struct {
 	AvailableAt *time.Time
 	// Delay is added to the database's now() when AvailableAt is nil.
 	Delay time.Duration
+	// OrderingKey, when not empty, puts the effect in its queue's ordered
+	// sequence of that key (migration 00013): it is claimed only once every
+	// earlier effect of the queue and key is terminal (see claimableSQL).
+	OrderingKey string
 }
 
 // insertSQL writes the key rows first (migration 00006): ON CONFLICT DO
@@ -111,8 +115,8 @@ type NewEffect struct {
 const insertSQL = `
 WITH input AS (
     SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[])
-        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ord)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[], $8::text[])
+        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ordering_key, ord)
     ORDER BY t.ord
 ), keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
@@ -124,13 +128,23 @@ WITH input AS (
     -- its key rows; the trigger resets it.
     SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
 )
-INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at)
+INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at, ordering_key)
 OVERRIDING SYSTEM VALUE
 SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
-    coalesce(i.available_at, now() + make_interval(secs => i.delay_s))
+    coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, '')
 FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
 ORDER BY i.id
 RETURNING id, queue, idempotency_key`
+
+// orderingLockSQL takes the ordering locks of a batch (migration 00013's
+// pgoutbox.ordering_lock): one transaction-level advisory lock per distinct
+// (queue, stripe of the ordering key; 256 stripes per queue), in one
+// canonical order. Insert runs it before the
+// insert statement draws any id, so a transaction enqueuing to a key waits
+// until every other transaction that enqueued to it has ended: the ids of
+// one key's effects are in the commit order of their transactions. $1
+// queues, $2 ordering keys (NULL: none).
+const orderingLockSQL = `SELECT pgoutbox.ordering_lock($1::text[], $2::text[])`
 
 // Inserted is the outcome of one NewEffect.
 type Inserted struct {
@@ -146,14 +160,23 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	queues, types, keys := make([]string, n), make([]string, n), make([]string, n)
 	payloads, maxAttempts := make([]string, n), make([]int32, n)
 	avail, delays := make([]*time.Time, n), make([]float64, n)
+	orderingKeys, ordered := make([]*string, n), false
 	for i, e := range effects {
 		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
 		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
 		delays[i] = e.Delay.Seconds()
+		if e.OrderingKey != "" {
+			orderingKeys[i], ordered = &e.OrderingKey, true
+		}
+	}
+	if ordered {
+		if _, err := db.Exec(ctx, orderingLockSQL, queues, orderingKeys); err != nil {
+			return nil, MapError(err)
+		}
 	}
 	type qk struct{ queue, key string }
 	created := make(map[qk]int64, n)
-	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays)
+	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays, orderingKeys)
 	if err != nil {
 		return nil, MapError(err)
 	}
@@ -233,6 +256,8 @@ type Claimed struct {
 	CreatedAt         time.Time
 	ClaimLatency      time.Duration // now() at claim minus available_at
 	DeliveryStartedAt *time.Time
+	// OrderingKey is the effect's ordering key ("" for none).
+	OrderingKey string
 	// Suspect is set by LockClaim only: the effect was attempted before, or
 	// its row still carries the lock of an earlier claimer that never wrote
 	// it (a row-lock holder whose worker died during the hold). It must not
@@ -242,12 +267,37 @@ type Claimed struct {
 
 // claimableSQL picks the head of a queue's available effects, locking them
 // and skipping rows another claimer holds. $1 queue, $2 limit.
+//
+// An effect with an ordering key is claimable only at the head of its key
+// (headOfLineSQL). The check is a filter on the rows the claim index
+// yields, evaluated only for rows whose ordering_key is set: a queue
+// without ordered effects keeps the plan it had before migration 00013.
 const claimableSQL = `
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
+      AND (e.ordering_key IS NULL OR ` + headOfLineSQL + `)
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED`
+
+// blocksSQL is true when the effect p holds back the later effects of its
+// queue and ordering key: it is not terminal for ordering. available
+// (due, retrying or scheduled), leased and reconciliation_required always
+// block; completed never; dead_letter blocks unless p's type lets its key
+// move on (pgoutbox.ordering_types, written from EffectType.OrderingMovesOn).
+const blocksSQL = `(p.state <> 'dead_letter' OR NOT EXISTS (
+        SELECT 1 FROM pgoutbox.ordering_types t
+        WHERE t.effect_type = p.effect_type AND t.dead_letter_moves_on))`
+
+// headOfLineSQL is true when no earlier effect (lower id) of e's queue and
+// ordering key blocks it: one probe of effects_ordering_idx, which holds
+// only the ordered effects that are not completed. Ids of one key are in
+// commit order (orderingLockSQL), so "earlier" is "committed earlier".
+const headOfLineSQL = `NOT EXISTS (
+        SELECT 1 FROM pgoutbox.effects p
+        WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id
+          AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+          AND ` + blocksSQL + `)`
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
@@ -266,7 +316,8 @@ RETURNING ` + claimedColumns
 
 // claimedColumns is what every claim returns, in Claimed's scan order.
 const claimedColumns = `e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
-    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at`
+    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at,
+    coalesce(e.ordering_key, '')`
 
 const claimSQL = `WITH next AS (SELECT id ` + claimableSQL + `)` + leaseSQL
 
@@ -299,7 +350,7 @@ func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 		var c Claimed
 		var lat float64
 		dest := []any{&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
-			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt}
+			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt, &c.OrderingKey}
 		if suspect {
 			dest = append(dest, &c.Suspect)
 		}
@@ -329,7 +380,7 @@ func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 // them last: a retry takes a durable lease.
 const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts + 1, e.max_attempts,
     '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
-    e.delivery_started_at, (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
+    e.delivery_started_at, coalesce(e.ordering_key, ''), (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
 
 // LockClaim is the claim of a row-lock lease: inside tx it locks up to limit
 // available effects of a queue (oldest first, skipping rows another claimer

@@ -48,6 +48,13 @@
 //     consumer whose lease was lost writes nothing.
 //  5. Isolation: each queue has its own durable consumer, pull loop and
 //     concurrency.
+//  6. Per-key ordering (pgoutbox.Effect.OrderingKey): the relay claims with
+//     the engine's head-of-line rule, and a relayed effect stays leased
+//     (handed over) until a consumer completes it, so a key's next effect is
+//     published only once the previous one is completed (or dead-lettered
+//     under a move-on type). A key has at most one message in the stream at
+//     a time; its throughput is one JetStream and PostgreSQL round trip per
+//     effect. Effects without a key are relayed as before.
 //
 // # Outcomes
 //

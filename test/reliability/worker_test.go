@@ -62,6 +62,11 @@ type workerSpec struct {
 	// RowLock is the queue's QueueConfig.RowLockLease (negative: durable
 	// leases; 0: the engine default).
 	RowLock time.Duration `json:"row_lock"`
+	// OrderLog, when set, is the ordered target's log (ordering_test.go):
+	// an effect whose payload has an "okey" writes "S <tag> <okey> <ns>"
+	// when its call starts and "E <tag> <okey> <ns>" when it succeeds; one
+	// whose payload says "flaky" fails its first attempt (a retry).
+	OrderLog string `json:"order_log"`
 }
 
 // workerMain runs one worker process until its stdin closes (then stops
@@ -103,6 +108,14 @@ func workerMain(raw string) int {
 		defer f.Close()
 		logOut = f
 	}
+	var orderLog *os.File
+	if s.OrderLog != "" {
+		if orderLog, err = os.OpenFile(s.OrderLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer orderLog.Close()
+	}
 	var outMu sync.Mutex
 	say := func(format string, args ...any) {
 		outMu.Lock()
@@ -120,6 +133,11 @@ func workerMain(raw string) int {
 		line := fmt.Sprintf("%d %d %s %s %d\n", d.ID, d.Attempt, token, d.Type, time.Now().UnixNano())
 		if _, err := calls.Write([]byte(line)); err != nil {
 			return pgoutbox.Retry(err)
+		}
+		if orderLog != nil {
+			if err := orderedCall(orderLog, d, 'S'); err != nil {
+				return err
+			}
 		}
 		if s.Gate {
 			say("started %d %s %s", d.ID, d.Type, d.Key)
@@ -143,6 +161,9 @@ func workerMain(raw string) int {
 		}
 		if slices.Contains(s.PoisonKeys, d.Key) {
 			return pgoutbox.Retry(errors.New("poisoned effect: the target rejects it every time"))
+		}
+		if orderLog != nil {
+			return orderedCall(orderLog, d, 'E')
 		}
 		return nil
 	}

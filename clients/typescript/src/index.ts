@@ -44,6 +44,14 @@ export interface Effect {
    * Not negative, and not with availableAt; undefined means no delay.
    */
   delayMs?: number;
+  /**
+   * Orders the effect among the queue's effects with the same ordering key:
+   * they are delivered one at a time, in the order their transactions
+   * committed (Go's Effect.OrderingKey; 1-512 bytes, not only white space).
+   * The enqueue holds the key's ordering lock until the transaction ends.
+   * Undefined means none.
+   */
+  orderingKey?: string;
 }
 
 /**
@@ -138,7 +146,7 @@ function checkDelay(ms: number): number {
 /** The statement {@link enqueue} runs, for drivers other than node-postgres. Its one row has the column id. */
 export function enqueueStatement(effect: Effect): Statement {
   return {
-    text: "SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5::integer, $6::timestamptz, $7::interval)::text AS id",
+    text: "SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5::integer, $6::timestamptz, $7::interval, $8::text)::text AS id",
     values: [
       effect.queue,
       effect.type,
@@ -147,6 +155,7 @@ export function enqueueStatement(effect: Effect): Statement {
       effect.maxAttempts === undefined ? null : checkAttempts(effect.maxAttempts),
       encodeTime(effect.availableAt),
       effect.delayMs === undefined ? null : `${checkDelay(effect.delayMs)} milliseconds`,
+      effect.orderingKey === undefined ? null : effect.orderingKey,
     ],
   };
 }
@@ -167,6 +176,7 @@ export function enqueueBatchStatement(effects: readonly Effect[]): Statement {
     const at = encodeTime(e.availableAt);
     if (at !== null) fields.push(`"available_at":${JSON.stringify(at)}`);
     if (e.delayMs !== undefined) fields.push(`"delay":${checkDelay(e.delayMs) / 1000}`);
+    if (e.orderingKey !== undefined) fields.push(`"ordering_key":${JSON.stringify(e.orderingKey)}`);
     return `{${fields.join(",")}}`;
   });
   return {

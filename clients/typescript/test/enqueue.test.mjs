@@ -223,8 +223,25 @@ test("values JSON cannot carry are refused before the database", async () => {
 test("enqueueStatement serves drivers other than node-postgres", () => {
   const at = new Date("2030-01-02T03:04:05.000Z");
   const st = enqueueStatement({ queue: "q", type: "t", key: "k", payload: { a: 1 }, maxAttempts: 3, availableAt: at });
-  assert.match(st.text, /^SELECT pgoutbox\.enqueue\(\$1, \$2, \$3, \$4::text::json, \$5::integer, \$6::timestamptz, \$7::interval\)/);
-  assert.deepEqual(st.values, ["q", "t", "k", '{"a":1}', 3, "2030-01-02T03:04:05.000Z", null]);
+  assert.match(st.text, /^SELECT pgoutbox\.enqueue\(\$1, \$2, \$3, \$4::text::json, \$5::integer, \$6::timestamptz, \$7::interval, \$8::text\)/);
+  assert.deepEqual(st.values, ["q", "t", "k", '{"a":1}', 3, "2030-01-02T03:04:05.000Z", null, null]);
+});
+
+test("orderingKey reaches the rows of both forms", async () => {
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    await enqueue(client, { queue: "ordered", type: "t", key: "one", orderingKey: "record-1" });
+    await enqueueBatch(client, [
+      { queue: "ordered", type: "t", key: "two", orderingKey: "record-1" },
+      { queue: "ordered", type: "t", key: "three" },
+    ]);
+    const { rows } = await client.query(`SELECT ordering_key FROM pgoutbox.effects WHERE queue = 'ordered' ORDER BY id`);
+    assert.deepEqual(rows.map((r) => r.ordering_key), ["record-1", "record-1", null]);
+  } finally {
+    await client.query("ROLLBACK");
+    client.release();
+  }
 });
 
 test("availableAt, delayMs and maxAttempts reach the rows of both forms", async () => {

@@ -1,0 +1,97 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// setOrderingTypesSQL records each type's dead-letter choice for ordered
+// keys (migration 00013), writing only the rows that change. The rows are
+// written in name order, so two clients starting at once cannot deadlock.
+const setOrderingTypesSQL = `
+INSERT INTO pgoutbox.ordering_types AS o (effect_type, dead_letter_moves_on)
+SELECT t.effect_type, t.moves_on
+FROM unnest($1::text[], $2::bool[]) AS t(effect_type, moves_on)
+ORDER BY t.effect_type COLLATE "C"
+ON CONFLICT (effect_type) DO UPDATE
+SET dead_letter_moves_on = excluded.dead_letter_moves_on, updated_at = now()
+WHERE o.dead_letter_moves_on IS DISTINCT FROM excluded.dead_letter_moves_on`
+
+// SetOrderingTypes records, for each effect type in names, whether its dead
+// letters let their ordering key move on (moveOn[i]) or block it (false,
+// also the meaning of a type with no row).
+func SetOrderingTypes(ctx context.Context, db DBTX, names []string, moveOn []bool) error {
+	_, err := db.Exec(ctx, setOrderingTypesSQL, names, moveOn)
+	return MapError(err)
+}
+
+// BlockedKey is an ordering key whose next effect waits: Head is the
+// earliest effect of the key that holds the others back.
+type BlockedKey struct {
+	Queue       string
+	OrderingKey string
+	// Head is the blocking effect; its State says why: leased (in
+	// delivery), available (retrying, scheduled, or about to be claimed),
+	// reconciliation_required (an operator must resolve it) or dead_letter
+	// (strict: replay it).
+	HeadID        int64
+	HeadType      string
+	HeadState     string
+	HeadAttempts  int
+	HeadLastError *string
+	// HeadAvailableAt is when an available head falls due.
+	HeadAvailableAt time.Time
+	// Waiting counts the later effects of the key that are not completed.
+	Waiting int64
+	// OldestWaiting is the creation time of the oldest waiting effect.
+	OldestWaiting time.Time
+}
+
+// blockedKeysSQL lists the ordering keys with waiting effects and the
+// effect that heads each: for every (queue, key) among the ordered effects
+// that are not completed (effects_ordering_idx), the earliest that blocks
+// (blocksSQL), and the count of the later ones. $1 queue (” for all), $2
+// only keys stuck behind an operator's decision (dead_letter or
+// reconciliation_required), $3 limit.
+const blockedKeysSQL = `
+WITH heads AS (
+    SELECT DISTINCT ON (p.queue, p.ordering_key)
+        p.queue, p.ordering_key, p.id, p.effect_type, p.state::text AS state, p.attempts, p.last_error, p.available_at
+    FROM pgoutbox.effects p
+    WHERE p.ordering_key IS NOT NULL AND p.state <> 'completed' AND ($1 = '' OR p.queue = $1)
+      AND ` + blocksSQL + `
+    ORDER BY p.queue, p.ordering_key, p.id
+)
+SELECT h.queue, h.ordering_key, h.id, h.effect_type, h.state, h.attempts, h.last_error, h.available_at,
+    w.n, w.oldest
+FROM heads h
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n, min(x.created_at) AS oldest
+    FROM pgoutbox.effects x
+    WHERE x.queue = h.queue AND x.ordering_key = h.ordering_key AND x.id > h.id
+      AND x.ordering_key IS NOT NULL AND x.state <> 'completed'
+) w
+WHERE w.n > 0 AND (NOT $2 OR h.state IN ('dead_letter', 'reconciliation_required'))
+ORDER BY w.oldest, h.queue, h.ordering_key
+LIMIT $3`
+
+// BlockedKeys lists up to limit ordering keys (of queue, or of every queue
+// when queue is empty) that have effects waiting behind an earlier one,
+// longest waiting first, with the effect at their head. stuckOnly keeps the
+// keys whose head waits for an operator (dead_letter,
+// reconciliation_required).
+func BlockedKeys(ctx context.Context, db DBTX, queue string, stuckOnly bool, limit int) ([]BlockedKey, error) {
+	rows, err := db.Query(ctx, blockedKeysSQL, queue, stuckOnly, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BlockedKey, error) {
+		var b BlockedKey
+		err := r.Scan(&b.Queue, &b.OrderingKey, &b.HeadID, &b.HeadType, &b.HeadState, &b.HeadAttempts,
+			&b.HeadLastError, &b.HeadAvailableAt, &b.Waiting, &b.OldestWaiting)
+		return b, err
+	})
+	return out, MapError(err)
+}
