@@ -173,3 +173,85 @@ func BenchmarkOrderedDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHotKeyNeighbours measures what one hot ordering key with a
+// backlog costs the unordered effects of its queue: PGOUTBOX_BENCH_HOT
+// effects of one key (default 2,000) are enqueued first, then
+// PGOUTBOX_BENCH_N unordered effects (default 20,000), and one client
+// drains the queue. unordered-effects/s is the rate until the last
+// unordered effect is delivered; hot-effects/s the hot key's rate until its
+// last effect is delivered. hot=0 is the same queue without the hot key
+// (nothing is asserted).
+// Run: go test -run '^$' -bench HotKeyNeighbours -benchtime 1x .
+func BenchmarkHotKeyNeighbours(b *testing.B) {
+	n, hotN := 20_000, 2_000
+	if v, err := strconv.Atoi(os.Getenv("PGOUTBOX_BENCH_N")); err == nil {
+		n = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("PGOUTBOX_BENCH_HOT")); err == nil {
+		hotN = v
+	}
+	cl := pgtest.NewCluster(b)
+	for _, hot := range []int{0, hotN} {
+		b.Run("hot="+strconv.Itoa(hot), func(b *testing.B) {
+			var unorderedT, hotT time.Duration
+			for range b.N {
+				b.StopTimer()
+				ctx := context.Background()
+				pool, err := pgxpool.New(ctx, cl.NewDB(b))
+				if err != nil {
+					b.Fatal(err)
+				}
+				bb := &bundle{pool: pool, ctx: ctx}
+				effects := make([]pgoutbox.Effect, 0, hot+n)
+				for i := range hot {
+					effects = append(effects, pgoutbox.Effect{Queue: "bulk", Type: "hot", Key: "h" + strconv.Itoa(i),
+						Payload: map[string]any{"pad": pad300}, OrderingKey: "hot"})
+				}
+				for i := range n {
+					effects = append(effects, pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i),
+						Payload: map[string]any{"pad": pad300}})
+				}
+				if err := enqueueAll(bb, effects); err != nil {
+					b.Fatal(err)
+				}
+				c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+					Queues: map[string]pgoutbox.QueueConfig{"bulk": {Concurrency: 32}},
+					Types: []pgoutbox.EffectType{{Name: "noop", ReplaySafe: true, Handler: noop},
+						{Name: "hot", ReplaySafe: true, Handler: noop}},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events, done := c.Subscribe(hot + n + 10)
+				b.StartTimer()
+				start := time.Now()
+				if err := c.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				var gotU, gotH int
+				for gotU < n || gotH < hot {
+					ev := <-events
+					if ev.State != pgoutbox.StateCompleted {
+						continue
+					}
+					if ev.Type == "hot" {
+						if gotH++; gotH == hot {
+							hotT += time.Since(start)
+						}
+					} else if gotU++; gotU == n {
+						unorderedT += time.Since(start)
+					}
+				}
+				b.StopTimer()
+				done()
+				_ = c.Stop(ctx)
+				pool.Close()
+			}
+			b.ReportMetric(float64(n*b.N)/unorderedT.Seconds(), "unordered-effects/s")
+			if hot > 0 {
+				b.ReportMetric(float64(hot*b.N)/hotT.Seconds(), "hot-effects/s")
+			}
+		})
+	}
+}
