@@ -164,7 +164,39 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 		}
 		total += len(rescued)
 		if len(rescued) < c.cfg.SweepBatch {
-			return total, nil
+			break
+		}
+	}
+	return total, c.park(ctx)
+}
+
+// park is the sweeper's parking pass (docs/design.md "Parking"): it
+// un-parks, in batches of SweepBatch, the parked effects no predecessor
+// blocks any more (the safety net behind the un-park trigger), then parks
+// the waiting followers of blocked ordering keys so the claim scan skips
+// them.
+func (c *Client) park(ctx context.Context) error {
+	for {
+		queues, err := store.Unpark(ctx, c.pool, c.cfg.SweepBatch)
+		if err != nil {
+			return fmt.Errorf("pgoutbox: unpark: %w", err)
+		}
+		for _, name := range queues {
+			if q := c.queues[name]; q != nil {
+				signal(q.wake)
+			}
+		}
+		if len(queues) < c.cfg.SweepBatch {
+			break
+		}
+	}
+	for {
+		n, err := store.Park(ctx, c.pool, "", c.cfg.SweepBatch)
+		if err != nil {
+			return fmt.Errorf("pgoutbox: park: %w", err)
+		}
+		if n == 0 {
+			return nil
 		}
 	}
 }
@@ -204,6 +236,13 @@ func (c *Client) maintain(ctx context.Context) {
 		return time.NewTicker(d).C
 	}
 	sweep, prune := tick(c.cfg.SweepInterval), tick(c.cfg.PruneInterval)
+	if sweep != nil {
+		// A backlog of blocked followers enqueued while no client ran is
+		// parked now, not one sweep interval later.
+		if err := c.park(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("park failed", "err", err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():

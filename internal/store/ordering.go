@@ -58,7 +58,8 @@ type BlockedKey struct {
 const blockedKeysSQL = `
 WITH heads AS (
     SELECT DISTINCT ON (p.queue, p.ordering_key)
-        p.queue, p.ordering_key, p.id, p.effect_type, p.state::text AS state, p.attempts, p.last_error, p.available_at
+        p.queue, p.ordering_key, p.id, p.effect_type, p.state::text AS state, p.attempts, p.last_error,
+        coalesce(p.parked_due_at, p.available_at) AS available_at
     FROM pgoutbox.effects p
     WHERE p.ordering_key IS NOT NULL AND p.state <> 'completed' AND ($1 = '' OR p.queue = $1)
       AND ` + blocksSQL + `
@@ -93,5 +94,87 @@ func BlockedKeys(ctx context.Context, db DBTX, queue string, stuckOnly bool, lim
 			&b.HeadLastError, &b.HeadAvailableAt, &b.Waiting, &b.OldestWaiting)
 		return b, err
 	})
+	return out, MapError(err)
+}
+
+// parkSQL parks (migration 00014) up to $2 available, unparked ordered
+// effects of queue $1 ('' for all) that have a blocking predecessor: their
+// due time moves to parked_due_at and available_at becomes 'infinity', out
+// of the claim's range. For each it holds a share lock on one blocking
+// predecessor until it commits, taken SKIP LOCKED: the parker never waits,
+// and a predecessor another transaction is changing (completing, failing)
+// is not used. That lock is what makes a park safe: a transaction that
+// later changes the predecessor waits for the parker to commit, so its
+// un-park trigger (effects_unpark_next) sees the parked row. Under READ
+// COMMITTED a predecessor changed after this statement's snapshot is
+// re-read when locked and dropped if it no longer blocks.
+const parkSQL = `
+WITH cand AS (
+    SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
+    WHERE e.ordering_key IS NOT NULL AND e.state <> 'completed' AND e.state = 'available'
+      AND e.parked_due_at IS NULL AND ($1 = '' OR e.queue = $1)
+      AND NOT ` + headOfLineSQL + `
+    ORDER BY e.queue, e.ordering_key, e.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), blocked AS (
+    SELECT c.id FROM cand c
+    WHERE EXISTS (
+        SELECT 1 FROM (
+            SELECT p.id FROM pgoutbox.effects p
+            WHERE p.queue = c.queue AND p.ordering_key = c.ordering_key AND p.id < c.id
+              AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+              AND ` + blocksSQL + `
+            ORDER BY p.id
+            LIMIT 1
+            FOR SHARE SKIP LOCKED) b)
+)
+UPDATE pgoutbox.effects e
+SET parked_due_at = e.available_at, available_at = 'infinity'
+FROM blocked x
+WHERE e.id = x.id AND e.state = 'available' AND e.parked_due_at IS NULL
+RETURNING e.id`
+
+// Park parks up to limit ordered effects of queue ("" for every queue) that
+// wait behind a blocking predecessor of their key, so the claim scan no
+// longer reaches them (migration 00014), and returns how many it parked.
+// They are un-parked when the predecessor stops blocking (the
+// effects_unpark_next trigger) or, as a safety net, by Unpark.
+func Park(ctx context.Context, db DBTX, queue string, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, parkSQL, queue, limit)
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// unparkSQL un-parks up to $1 parked effects that no predecessor blocks
+// (or that are no longer available): the safety net behind the
+// effects_unpark_next trigger, so a missed un-park costs at most one sweep
+// interval. Un-parking is always safe: the claim's head-of-line check still
+// holds back an effect whose key is blocked.
+const unparkSQL = `
+WITH stale AS (
+    SELECT e.id FROM pgoutbox.effects e
+    WHERE e.parked_due_at IS NOT NULL
+      AND (e.state <> 'available' OR ` + headOfLineSQL + `)
+    ORDER BY e.queue, e.ordering_key, e.id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgoutbox.effects e
+SET available_at = e.parked_due_at, parked_due_at = NULL
+FROM stale s
+WHERE e.id = s.id AND e.parked_due_at IS NOT NULL
+RETURNING e.queue`
+
+// Unpark un-parks up to limit parked effects whose key no longer blocks
+// them and returns their queues (one entry per effect).
+func Unpark(ctx context.Context, db DBTX, limit int) ([]string, error) {
+	rows, err := db.Query(ctx, unparkSQL, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return out, MapError(err)
 }

@@ -832,11 +832,13 @@ func ListState(ctx context.Context, db DBTX, state, queue string, limit int) ([]
 // nextDueSQL finds the earliest available effect of a queue that is not yet
 // due (a retry's backoff, a scheduled effect): a range scan of
 // effects_claim_idx that starts after now(), so it never walks the due head
-// of the queue or its recently claimed (dead) entries. $1 queue.
+// of the queue or its recently claimed (dead) entries. A parked effect
+// (available_at 'infinity', migration 00014) is not due at any time: its
+// un-park wakes the queue. $1 queue.
 const nextDueSQL = `
 SELECT extract(epoch FROM e.available_at - now())::float8
 FROM pgoutbox.effects e
-WHERE e.state = 'available' AND e.queue = $1 AND e.available_at > now()
+WHERE e.state = 'available' AND e.queue = $1 AND e.available_at > now() AND e.available_at < 'infinity'
 ORDER BY e.available_at, e.id
 LIMIT 1`
 
