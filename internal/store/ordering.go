@@ -98,7 +98,7 @@ func BlockedKeys(ctx context.Context, db DBTX, queue string, stuckOnly bool, lim
 }
 
 // parkSQL parks (migration 00014) up to $2 available, unparked ordered
-// effects of queue $1 ('' for all) that have a blocking predecessor: their
+// effects of queue $1 (” for all) that have a blocking predecessor: their
 // due time moves to parked_due_at and available_at becomes 'infinity', out
 // of the claim's range. For each it holds a share lock on one blocking
 // predecessor until it commits, taken SKIP LOCKED: the parker never waits,
