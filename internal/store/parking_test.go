@@ -142,3 +142,122 @@ func TestNextDueIgnoresParked(t *testing.T) {
 		t.Fatalf("NextDue = %v, %v, %v; want the head's hour", d, ok, err)
 	}
 }
+
+// waitLockWait returns once the backend pid waits for a lock, or done is
+// closed (it never waited).
+func waitLockWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, pid int32, done <-chan struct{}) {
+	t.Helper()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid).
+			Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(ctx.Err())
+		}
+	}
+}
+
+// The race of a park with the completion of the blocker it saw: the parker
+// holds a share lock on the blocker, so the completion waits for the
+// parker's commit and its un-park trigger then sees the parked row. Without
+// that lock the trigger runs before the park is visible and the follower
+// stays parked behind nothing.
+func TestParkRacesCompletion(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ids := insertOrdered(ctx, t, pool, "q", "k", 2)
+	c, err := Claim(ctx, pool, "q", "w", 10, time.Minute)
+	if err != nil || len(c) != 1 {
+		t.Fatalf("claim = %+v, %v", c, err)
+	}
+	parker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parker.Rollback(ctx)
+	if n, err := Park(ctx, parker, "q", 10); err != nil || n != 1 {
+		t.Fatalf("Park = %d, %v", n, err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pid, err := BackendPID(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var completeErr error
+	go func() {
+		defer close(done)
+		_, completeErr = Complete(ctx, conn, []Fence{{ID: c[0].ID, Token: c[0].Token, Type: c[0].Type}})
+	}()
+	waitLockWait(ctx, t, pool, pid, done)
+	if err := parker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if completeErr != nil {
+		t.Fatal(completeErr)
+	}
+	if p, r := parkState(ctx, t, pool, ids[1]); p || !r {
+		t.Fatalf("after the race, the new head %d: parked %v, in the claim range %v", ids[1], p, r)
+	}
+}
+
+// The other order: the blocker is being completed (its row locked) when
+// the parker runs. The parker skips it instead of waiting and, with no
+// other blocker, parks nothing.
+func TestParkSkipsBlockerBeingChanged(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ids := insertOrdered(ctx, t, pool, "q", "k", 2)
+	c, err := Claim(ctx, pool, "q", "w", 10, time.Minute)
+	if err != nil || len(c) != 1 {
+		t.Fatalf("claim = %+v, %v", c, err)
+	}
+	completer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer completer.Rollback(ctx)
+	if done, err := Complete(ctx, completer, []Fence{{ID: c[0].ID, Token: c[0].Token, Type: c[0].Type}}); err != nil || len(done) != 1 {
+		t.Fatalf("complete = %v, %v", done, err)
+	}
+	// A parker that waited for the completer would fail here, not hang.
+	parker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parker.Rollback(ctx)
+	if _, err := parker.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Park(ctx, parker, "q", 10); err != nil || n != 0 {
+		t.Fatalf("Park = %d, %v; want 0 without waiting", n, err)
+	}
+	if err := parker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := completer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, r := parkState(ctx, t, pool, ids[1]); p || !r {
+		t.Fatalf("effect %d: parked %v, in the claim range %v", ids[1], p, r)
+	}
+}
