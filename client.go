@@ -147,7 +147,9 @@ func finishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // Sweep recovers expired leases once (the maintenance loop does this every
-// SweepInterval) and returns how many it moved.
+// SweepInterval) and returns how many it moved; then it un-parks the parked
+// effects nothing blocks any more and parks the waiting followers of
+// blocked ordering keys (docs/design.md "Parking").
 func (c *Client) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {

@@ -172,12 +172,14 @@ type Config struct {
 	// arrives (a fallback: inserts notify). Default PollIntervalDefault
 	// (1 s).
 	PollInterval time.Duration
-	// SweepInterval is how often this client recovers expired leases.
-	// Default SweepIntervalDefault (5 s); negative disables the sweeper in
-	// this client (another client, or Client.Sweep, must then sweep).
+	// SweepInterval is how often this client recovers expired leases and
+	// parks and un-parks the waiting effects of blocked ordering keys
+	// (docs/design.md "Parking"; also once at Start). Default
+	// SweepIntervalDefault (5 s); negative disables the sweeper in this
+	// client (another client, or Client.Sweep, must then sweep).
 	SweepInterval time.Duration
-	// SweepBatch is the most expired leases one sweep statement recovers.
-	// Default SweepBatchDefault (1000).
+	// SweepBatch is the most expired leases (or parked, un-parked effects)
+	// one sweep statement handles. Default SweepBatchDefault (1000).
 	SweepBatch int
 	// CompletedRetention is how long a completed effect is kept before
 	// pruning deletes it; dead_letter and reconciliation_required effects

@@ -108,6 +108,8 @@ func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, l
 // the lease token.
 type EffectDetail struct {
 	Record
+	// AvailableAt is when the effect is (or was) due; for a parked effect
+	// (migration 00014) the due time it keeps while parked, not 'infinity'.
 	AvailableAt      time.Time
 	LeasedAt         *time.Time
 	LeaseOwner       *string
@@ -122,7 +124,7 @@ type EffectDetail struct {
 
 const effectDetailSQL = `
 SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
-    created_at, delivery_started_at, last_error, available_at, leased_at, lease_owner, lease_expires_at,
+    created_at, delivery_started_at, last_error, coalesce(parked_due_at, available_at), leased_at, lease_owner, lease_expires_at,
     completed_at, dead_lettered_at, reconciliation_at, resolution
 FROM pgoutbox.effects WHERE id = $1`
 

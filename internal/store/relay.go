@@ -172,7 +172,11 @@ WITH input AS (
             WHEN l.attempts >= l.max_attempts THEN 'exhausted'
             ELSE 'taken'
         END) AS action,
-        greatest(extract(epoch FROM (CASE WHEN l.state = 'leased' THEN l.lease_expires_at ELSE l.available_at END) - now()), 0)::float8 AS wait_s
+        -- A parked effect (available_at 'infinity', migration 00014) has no
+        -- known wait: 0.
+        CASE WHEN l.state <> 'leased' AND NOT isfinite(l.available_at) THEN 0
+        ELSE greatest(extract(epoch FROM (CASE WHEN l.state = 'leased' THEN l.lease_expires_at ELSE l.available_at END) - now()), 0)
+        END::float8 AS wait_s
     FROM locked l
 ), upd AS (
     UPDATE pgoutbox.effects e
