@@ -175,8 +175,8 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 // park is the sweeper's parking pass (docs/design.md "Parking"): it
 // un-parks, in batches of SweepBatch, the parked effects no predecessor
 // blocks any more (the safety net behind the un-park trigger), then parks
-// the waiting followers of blocked ordering keys so the claim scan skips
-// them.
+// the waiting followers of blocked ordering keys that wait behind at least
+// store.ParkBehindDefault (32) others, so the claim scan skips them.
 func (c *Client) park(ctx context.Context) error {
 	for {
 		queues, err := store.Unpark(ctx, c.pool, c.cfg.SweepBatch)
@@ -193,7 +193,7 @@ func (c *Client) park(ctx context.Context) error {
 		}
 	}
 	for {
-		n, err := store.Park(ctx, c.pool, "", c.cfg.SweepBatch)
+		n, err := store.Park(ctx, c.pool, "", store.ParkBehindDefault, c.cfg.SweepBatch)
 		if err != nil {
 			return fmt.Errorf("pgoutbox: park: %w", err)
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,7 +99,8 @@ func BlockedKeys(ctx context.Context, db DBTX, queue string, stuckOnly bool, lim
 }
 
 // parkSQL parks (migration 00014) up to $2 available, unparked ordered
-// effects of queue $1 (” for all) that have a blocking predecessor: their
+// effects of queue $1 (empty: every queue) that have a blocking predecessor
+// and at least $3 (>= 1) earlier effects of their key not completed: their
 // due time moves to parked_due_at and available_at becomes 'infinity', out
 // of the claim's range. For each it holds a share lock on one blocking
 // predecessor until it commits, taken SKIP LOCKED: the parker never waits,
@@ -113,6 +115,13 @@ WITH cand AS (
     SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
     WHERE e.ordering_key IS NOT NULL AND e.state <> 'completed' AND e.state = 'available'
       AND e.parked_due_at IS NULL AND ($1 = '' OR e.queue = $1)
+      AND EXISTS (
+        SELECT 1 FROM pgoutbox.effects w
+        WHERE w.queue = e.queue AND w.ordering_key = e.ordering_key AND w.id < e.id
+          AND w.ordering_key IS NOT NULL AND w.state <> 'completed'
+        ORDER BY w.id DESC
+        OFFSET $3 - 1
+        LIMIT 1)
       AND NOT ` + headOfLineSQL + `
     ORDER BY e.queue, e.ordering_key, e.id
     LIMIT $2
@@ -135,13 +144,25 @@ FROM blocked x
 WHERE e.id = x.id AND e.state = 'available' AND e.parked_due_at IS NULL
 RETURNING e.id`
 
+// ParkBehindDefault is the Park threshold the sweeper uses: an effect is
+// parked only behind at least 32 earlier effects of its key that are not
+// completed. A short backlog costs the claim a few probes, and parking it
+// would cost two updates per effect (park, un-park); the claim walks at
+// most this many waiting effects of a key before the parked rest.
+const ParkBehindDefault = 32
+
 // Park parks up to limit ordered effects of queue ("" for every queue) that
-// wait behind a blocking predecessor of their key, so the claim scan no
-// longer reaches them (migration 00014), and returns how many it parked.
-// They are un-parked when the predecessor stops blocking (the
-// effects_unpark_next trigger) or, as a safety net, by Unpark.
-func Park(ctx context.Context, db DBTX, queue string, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, parkSQL, queue, limit)
+// wait behind a blocking predecessor of their key and behind at least
+// behind (>= 1) earlier effects of the key that are not completed, so the
+// claim scan no longer reaches them (migration 00014), and returns how many
+// it parked. They are un-parked when they become the first blocking effect
+// of their key (the effects_unpark_next trigger, when the effect before them
+// is completed or dead-lettered) or, as a safety net, by Unpark.
+func Park(ctx context.Context, db DBTX, queue string, behind, limit int) (int64, error) {
+	if behind < 1 {
+		return 0, fmt.Errorf("store: park: behind must be at least 1, not %d", behind)
+	}
+	tag, err := db.Exec(ctx, parkSQL, queue, limit, behind)
 	if err != nil {
 		return 0, MapError(err)
 	}

@@ -47,7 +47,7 @@ func TestParkAndUnparkOnCompletion(t *testing.T) {
 	if _, err := Insert(ctx, pool, []NewEffect{{Queue: "q", Type: "t", Key: "u", Payload: []byte(`{}`), MaxAttempts: 5}}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := Park(ctx, pool, "", 1000)
+	n, err := Park(ctx, pool, "", 1, 1000)
 	if err != nil || n != 2 {
 		t.Fatalf("Park = %d, %v; want 2 (the two followers)", n, err)
 	}
@@ -131,7 +131,7 @@ func TestNextDueIgnoresParked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ids := insertOrdered(ctx, t, pool, "q", "k", 2)
-	if n, err := Park(ctx, pool, "q", 10); err != nil || n != 1 {
+	if n, err := Park(ctx, pool, "q", 1, 10); err != nil || n != 1 {
 		t.Fatalf("Park = %d, %v", n, err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE pgoutbox.effects SET available_at = now() + interval '1 hour' WHERE id = $1`, ids[0]); err != nil {
@@ -187,7 +187,7 @@ func TestParkRacesCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer parker.Rollback(ctx)
-	if n, err := Park(ctx, parker, "q", 10); err != nil || n != 1 {
+	if n, err := Park(ctx, parker, "q", 1, 10); err != nil || n != 1 {
 		t.Fatalf("Park = %d, %v", n, err)
 	}
 	conn, err := pool.Acquire(ctx)
@@ -248,7 +248,7 @@ func TestParkSkipsBlockerBeingChanged(t *testing.T) {
 	if _, err := parker.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := Park(ctx, parker, "q", 10); err != nil || n != 0 {
+	if n, err := Park(ctx, parker, "q", 1, 10); err != nil || n != 0 {
 		t.Fatalf("Park = %d, %v; want 0 without waiting", n, err)
 	}
 	if err := parker.Commit(ctx); err != nil {
@@ -259,5 +259,27 @@ func TestParkSkipsBlockerBeingChanged(t *testing.T) {
 	}
 	if p, r := parkState(ctx, t, pool, ids[1]); p || !r {
 		t.Fatalf("effect %d: parked %v, in the claim range %v", ids[1], p, r)
+	}
+}
+
+// Park leaves a key's first waiting effects in the claim's range: with
+// behind 3, only the effect with three earlier ones is parked. A bad
+// threshold is refused and parks nothing.
+func TestParkBehindThreshold(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ids := insertOrdered(ctx, t, pool, "q", "k", 4)
+	if n, err := Park(ctx, pool, "q", 0, 10); err == nil || n != 0 {
+		t.Fatalf("Park(behind 0) = %d, %v; want an error", n, err)
+	}
+	if n, err := Park(ctx, pool, "q", 3, 10); err != nil || n != 1 {
+		t.Fatalf("Park(behind 3) = %d, %v; want 1", n, err)
+	}
+	for i, id := range ids {
+		if p, _ := parkState(ctx, t, pool, id); p != (i == 3) {
+			t.Fatalf("effect %d (position %d): parked %v", id, i, p)
+		}
 	}
 }
