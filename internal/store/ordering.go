@@ -111,21 +111,23 @@ func BlockedKeys(ctx context.Context, db DBTX, queue string, stuckOnly bool, lim
 // COMMITTED a predecessor changed after this statement's snapshot is
 // re-read when locked and dropped if it no longer blocks.
 const parkSQL = `
-WITH cand AS (
-    SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
-    WHERE e.ordering_key IS NOT NULL AND e.state <> 'completed' AND e.state = 'available'
-      AND e.parked_due_at IS NULL AND ($1 = '' OR e.queue = $1)
-      AND EXISTS (
-        SELECT 1 FROM pgoutbox.effects w
-        WHERE w.queue = e.queue AND w.ordering_key = e.ordering_key AND w.id < e.id
-          AND w.ordering_key IS NOT NULL AND w.state <> 'completed'
-        ORDER BY w.id DESC
-        OFFSET $3 - 1
-        LIMIT 1)
-      AND NOT ` + headOfLineSQL + `
-    ORDER BY e.queue, e.ordering_key, e.id
+WITH ranked AS (
+    -- One pass over the ordered effects that are not completed
+    -- (effects_ordering_idx order): each row's position in its key.
+    SELECT r.id FROM (
+        SELECT e.id, e.state, e.parked_due_at,
+            row_number() OVER (PARTITION BY e.queue, e.ordering_key ORDER BY e.id) - 1 AS earlier
+        FROM pgoutbox.effects e
+        WHERE e.ordering_key IS NOT NULL AND e.state <> 'completed' AND ($1 = '' OR e.queue = $1)
+    ) r
+    WHERE r.earlier >= $3 AND r.state = 'available' AND r.parked_due_at IS NULL
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+), cand AS (
+    SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
+    WHERE e.id IN (SELECT id FROM ranked)
+      AND e.ordering_key IS NOT NULL AND e.state = 'available' AND e.parked_due_at IS NULL
+      AND NOT ` + headOfLineSQL + `
+    FOR UPDATE OF e SKIP LOCKED
 ), blocked AS (
     SELECT c.id FROM cand c
     WHERE EXISTS (
