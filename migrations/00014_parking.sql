@@ -9,7 +9,8 @@
 --   * parked_due_at: NULL (not parked, the default) or the parked effect's
 --     real due time. Only available effects are parked.
 --   * Parking is lazy: store.Park (run by the sweeper) parks the available
---     ordered effects that have a blocking predecessor, holding a share lock
+--     ordered effects that have a blocking predecessor (and, by default,
+--     at least 32 earlier effects of their key not completed), holding a share lock
 --     on that predecessor (SKIP LOCKED: it never waits) until it commits.
 --   * Un-parking: when an ordered effect is completed or dead-lettered
 --     (effects_unpark_next), the key's first blocking effect is un-parked
