@@ -27,10 +27,8 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool, _ := pgtest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return &bundle{pool: pool, ctx: ctx}
+	db := pgtest.NewBundle(t, 90*time.Second)
+	return &bundle{pool: db.Pool, ctx: db.Ctx}
 }
 
 // enqueue writes effects in one committed transaction.
