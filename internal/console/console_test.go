@@ -56,6 +56,25 @@ type env struct {
 	logs *syncBuffer
 }
 
+// newClockedEnv serves a console alone (no control plane) on a fresh
+// database, with cfg and a clock of its own, which advance moves forward.
+func newClockedEnv(t *testing.T, cfg console.Config) (e *env, advance func(time.Duration)) {
+	t.Helper()
+	pool, _ := pgtest.NewPool(t)
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	cfg.Pool = pool
+	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c, err := console.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	return &env{ctx: t.Context(), pool: pool, srv: srv, logs: &syncBuffer{}},
+		func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+}
+
 func newEnv(t *testing.T, tok string, tlsServer bool) *env {
 	t.Helper()
 	pool, _ := pgtest.NewPool(t)
@@ -582,26 +601,14 @@ func TestOverview(t *testing.T) {
 // refused.
 func TestSessionExpires(t *testing.T) {
 	t.Parallel()
-	pool, _ := pgtest.NewPool(t)
-	var mu sync.Mutex
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	c, err := console.New(console.Config{Pool: pool, OperatorToken: token, SessionTTL: time.Hour, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
-	e := &env{ctx: t.Context(), pool: pool, srv: srv, logs: &syncBuffer{}}
+	e, advance := newClockedEnv(t, console.Config{OperatorToken: token, SessionTTL: time.Hour})
 	cl := e.client(t)
 	csrf := e.signIn(t, cl, "alice")
-	mu.Lock()
-	now = now.Add(time.Hour)
-	mu.Unlock()
-	if a := do(t, cl, "GET", srv.URL+"/console/effects", nil); a.code != http.StatusSeeOther {
+	advance(time.Hour)
+	if a := do(t, cl, "GET", e.srv.URL+"/console/effects", nil); a.code != http.StatusSeeOther {
 		t.Fatalf("read after the TTL: %d, want a redirect to the sign-in", a.code)
 	}
-	if a := do(t, cl, "POST", srv.URL+"/console/signout", url.Values{"csrf": {csrf}}); a.code != http.StatusForbidden {
+	if a := do(t, cl, "POST", e.srv.URL+"/console/signout", url.Values{"csrf": {csrf}}); a.code != http.StatusForbidden {
 		t.Fatalf("action after the TTL: %d, want 403", a.code)
 	}
 }
