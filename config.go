@@ -191,8 +191,8 @@ type Config struct {
 	// still exists; it must not be shorter than CompletedRetention. Pruned
 	// with the completed effects (PruneInterval).
 	KeyRetention time.Duration
-	// PruneInterval is how often this client prunes completed effects and
-	// expired keys. Default PruneIntervalDefault (1 min); negative disables
+	// PruneInterval is how often this client prunes completed effects,
+	// expired keys and the NOTIFY limiter's rows of gone backends. Default PruneIntervalDefault (1 min); negative disables
 	// pruning in this client.
 	PruneInterval time.Duration
 	// PruneBatch is the most rows one prune statement deletes. Default

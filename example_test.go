@@ -46,6 +46,28 @@ func next(events <-chan pgoutbox.Event) pgoutbox.Event {
 	}
 }
 
+// deliver starts a client with cfg, subscribed to its events, and enqueues
+// e in a transaction of its own (Example shows each step); stop stops the
+// client.
+func deliver(ctx context.Context, pool *pgxpool.Pool, cfg pgoutbox.Config, e pgoutbox.Effect) (events <-chan pgoutbox.Event, stop func()) {
+	client, err := pgoutbox.NewClient(pool, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	events, unsubscribe := client.Subscribe(16)
+	if err := client.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := pgoutbox.Enqueue(ctx, tx, e)
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return events, func() { _ = client.Stop(ctx); unsubscribe() }
+}
+
 // This example enqueues an effect in the transaction that changes the
 // application's state, and runs a client that delivers it.
 func Example() {
@@ -184,7 +206,7 @@ func ExampleRetryAfter() {
 	pool, done := exampleDB(ctx)
 	defer done()
 
-	client, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+	cfg := pgoutbox.Config{
 		Queues: map[string]pgoutbox.QueueConfig{"search": {}},
 		Types: []pgoutbox.EffectType{{
 			Name: "search.index", ReplaySafe: true,
@@ -197,24 +219,9 @@ func ExampleRetryAfter() {
 			},
 		}},
 		BackoffCap: time.Millisecond, // so that the Retry-After decides the delay
-	})
-	if err != nil {
-		log.Fatal(err)
 	}
-	events, unsubscribe := client.Subscribe(16)
-	defer unsubscribe()
-	if err := client.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Stop(ctx) }()
-
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{Queue: "search", Type: "search.index", Key: "order-42"})
-		return err
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+	events, stop := deliver(ctx, pool, cfg, pgoutbox.Effect{Queue: "search", Type: "search.index", Key: "order-42"})
+	defer stop()
 	for range 2 {
 		e := next(events)
 		fmt.Println("attempt", e.Attempt, e.Outcome, e.State, e.Err)
@@ -231,7 +238,7 @@ func ExampleDelivery_OnComplete() {
 	pool, done := exampleDB(ctx)
 	defer done()
 
-	client, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+	cfg := pgoutbox.Config{
 		Queues: map[string]pgoutbox.QueueConfig{"payments": {}},
 		Types: []pgoutbox.EffectType{{
 			Name: "payment.capture", ReplaySafe: true, // the provider dedups by the key
@@ -244,24 +251,9 @@ func ExampleDelivery_OnComplete() {
 				return nil
 			},
 		}},
-	})
-	if err != nil {
-		log.Fatal(err)
 	}
-	events, unsubscribe := client.Subscribe(16)
-	defer unsubscribe()
-	if err := client.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Stop(ctx) }()
-
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{Queue: "payments", Type: "payment.capture", Key: "order-42"})
-		return err
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+	events, stop := deliver(ctx, pool, cfg, pgoutbox.Effect{Queue: "payments", Type: "payment.capture", Key: "order-42"})
+	defer stop()
 	fmt.Println(next(events).State)
 	var chargeID string
 	if err := pool.QueryRow(ctx, `SELECT charge_id FROM orders WHERE id = 42`).Scan(&chargeID); err != nil {
@@ -281,7 +273,7 @@ func ExampleResolve() {
 	pool, done := exampleDB(ctx)
 	defer done()
 
-	client, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+	cfg := pgoutbox.Config{
 		Queues: map[string]pgoutbox.QueueConfig{"payments": {}},
 		Types: []pgoutbox.EffectType{{
 			Name: "payment.transfer", ReplaySafe: false, // the bank has no idempotency key
@@ -289,24 +281,9 @@ func ExampleResolve() {
 				return pgoutbox.Ambiguous(errors.New("connection reset after the request was sent"))
 			},
 		}},
-	})
-	if err != nil {
-		log.Fatal(err)
 	}
-	events, unsubscribe := client.Subscribe(16)
-	defer unsubscribe()
-	if err := client.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = client.Stop(ctx) }()
-
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{Queue: "payments", Type: "payment.transfer", Key: "order-42"})
-		return err
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+	events, stop := deliver(ctx, pool, cfg, pgoutbox.Effect{Queue: "payments", Type: "payment.transfer", Key: "order-42"})
+	defer stop()
 	e := next(events)
 	fmt.Println(e.Outcome, e.State)
 

@@ -93,6 +93,32 @@ func (c *claimTracer) quiet() bool {
 	return !c.listenAt.IsZero() && time.Since(c.listenAt) > 2*pgoutbox.ActiveTail && c.inflight == 0
 }
 
+// sleepingClient starts a client of queue "q" (type "t", a no-op handler)
+// whose poll interval is an hour, stopped at cleanup, and returns once its
+// claim loop is asleep: only a NOTIFY wakes it then. The precondition is a
+// span of time (the claim loop's active tail, a constant of the code under
+// test), not an interleaving: it waits for it to pass and for the loop's
+// last claim to return.
+func sleepingClient(t *testing.T, b *bundle) (*claimTracer, *watcher) {
+	t.Helper()
+	tr := &claimTracer{}
+	c, err := pgoutbox.NewClient(tracedPool(t, b, tr), pgoutbox.Config{
+		Queues:       map[string]pgoutbox.QueueConfig{"q": {}},
+		Types:        []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
+		PollInterval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := watch(t, c)
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	b.waitFor(t, "the claim loop asleep", tr.quiet)
+	return tr, events
+}
+
 func tracedPool(t *testing.T, b *bundle, tr pgx.QueryTracer) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(b.dsn)
@@ -115,24 +141,7 @@ func tracedPool(t *testing.T, b *bundle, tr pgx.QueryTracer) *pgxpool.Pool {
 func TestNotifyWakesWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	tr := &claimTracer{}
-	c, err := pgoutbox.NewClient(tracedPool(t, b, tr), pgoutbox.Config{
-		Queues:       map[string]pgoutbox.QueueConfig{"q": {}},
-		Types:        []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
-		PollInterval: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := watch(t, c)
-	if err := c.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	// The precondition is a span of time (the claim loop's active tail, a
-	// constant of the code under test), not an interleaving: the test
-	// waits for it to pass and for the loop's last claim to return.
-	b.waitFor(t, "the claim loop asleep", tr.quiet)
+	tr, events := sleepingClient(t, b)
 	tr.mu.Lock()
 	before := tr.claims
 	tr.mu.Unlock()
@@ -304,21 +313,7 @@ func TestNotifyLimiterFoldsWithinCommittedWindow(t *testing.T) {
 func TestNotifyOpenProducerStillWakesIdleWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	tr := &claimTracer{}
-	c, err := pgoutbox.NewClient(tracedPool(t, b, tr), pgoutbox.Config{
-		Queues:       map[string]pgoutbox.QueueConfig{"q": {}},
-		Types:        []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}},
-		PollInterval: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := watch(t, c)
-	if err := c.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	b.waitFor(t, "the claim loop asleep", tr.quiet)
+	_, events := sleepingClient(t, b)
 	open, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)

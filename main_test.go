@@ -83,38 +83,15 @@ func (b *bundle) count(t *testing.T) int64 {
 }
 
 // row is the externally visible part of an effect.
-type row struct {
-	State       string
-	Attempts    int
-	Token       *string
-	Expires     *time.Time
-	Started     *time.Time
-	AvailableIn float64 // available_at - now(), seconds
-	LastError   *string
-}
-
-func (b *bundle) row(t *testing.T, id int64) row {
+func (b *bundle) row(t *testing.T, id int64) pgtest.Effect {
 	t.Helper()
-	var r row
-	err := b.pool.QueryRow(b.ctx, `
-		SELECT state::text, attempts, lease_token::text, lease_expires_at, delivery_started_at,
-		       extract(epoch FROM available_at - now())::float8, last_error
-		FROM pgoutbox.effects WHERE id = $1`, id).
-		Scan(&r.State, &r.Attempts, &r.Token, &r.Expires, &r.Started, &r.AvailableIn, &r.LastError)
-	if err != nil {
-		t.Fatalf("row %d: %v", id, err)
-	}
-	return r
+	return pgtest.ReadEffect(t, b.ctx, b.pool, id)
 }
 
 // rowJSON captures a whole row, to prove a write changed nothing.
 func (b *bundle) rowJSON(t *testing.T, id int64) string {
 	t.Helper()
-	var s string
-	if err := b.pool.QueryRow(b.ctx, `SELECT to_jsonb(e)::text FROM pgoutbox.effects e WHERE id = $1`, id).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return pgtest.EffectJSON(t, b.ctx, b.pool, id)
 }
 
 // watcher remembers every event of a subscription, so waiting for one

@@ -100,6 +100,48 @@ func (b *bundle) postJSON(t *testing.T, path, body string) (int, []byte) {
 	return code, out
 }
 
+// staleThenCurrent leases a record's two waiting effects the only way
+// per-key ordering allows: the first is leased and its completion
+// committed without a delivery (as when its worker's lease was lost and it
+// still delivers late), then the second. The caller delivers them in any
+// order: the version checks must keep the newer state either way.
+func (b *bundle) staleThenCurrent(t *testing.T) (older, newer *pgoutbox.Lease) {
+	t.Helper()
+	var got []*pgoutbox.Lease
+	for range 2 {
+		leases, err := pgoutbox.ClaimLeases(b.ctx, b.pool, projection.Queue, "t", 10, time.Minute)
+		if err != nil || len(leases) != 1 {
+			t.Fatalf("claim: %v %d (one at a time: the effects share an ordering key)", err, len(leases))
+		}
+		if err := leases[0].Complete(b.ctx, b.pool); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, leases[0])
+	}
+	return got[0], got[1]
+}
+
+// completeAll leases and completes, without delivering, every waiting
+// effect of the queue, one ordering key's head at a time.
+func (b *bundle) completeAll(t *testing.T) (n int) {
+	t.Helper()
+	for {
+		leases, err := pgoutbox.ClaimLeases(b.ctx, b.pool, projection.Queue, "t", 10, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leases) == 0 {
+			return n
+		}
+		for _, l := range leases {
+			if err := l.Complete(b.ctx, b.pool); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n += len(leases)
+	}
+}
+
 func (b *bundle) scalar(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
 	return pgtest.Scalar(t, b.ctx, b.pool, sql, args...)

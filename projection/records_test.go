@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/projection"
@@ -76,14 +75,8 @@ func TestRevertAfterDeliveryEnqueuesFollowUp(t *testing.T) {
 	}
 	// Deliver everything, then change and revert again: the revert's key
 	// names a completed effect, so a follow-up effect is enqueued.
-	leases, err := pgoutbox.ClaimLeases(b.ctx, b.pool, projection.Queue, "t", 10, time.Minute)
-	if err != nil || len(leases) != 2 {
-		t.Fatalf("claim: %v %d", err, len(leases))
-	}
-	for _, l := range leases {
-		if err := l.Complete(b.ctx, b.pool); err != nil {
-			t.Fatal(err)
-		}
+	if n := b.completeAll(t); n != 2 {
+		t.Fatalf("completed %d effects, want 2", n)
 	}
 	b.postJSON(t, "/api/records", `{"id":"r","v":"b"}`)
 	code, out = b.postJSON(t, "/api/records", a)

@@ -56,6 +56,25 @@ type env struct {
 	logs *syncBuffer
 }
 
+// newClockedEnv serves a console alone (no control plane) on a fresh
+// database, with cfg and a clock of its own, which advance moves forward.
+func newClockedEnv(t *testing.T, cfg console.Config) (e *env, advance func(time.Duration)) {
+	t.Helper()
+	pool, _ := pgtest.NewPool(t)
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	cfg.Pool = pool
+	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c, err := console.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	return &env{ctx: t.Context(), pool: pool, srv: srv, logs: &syncBuffer{}},
+		func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+}
+
 func newEnv(t *testing.T, tok string, tlsServer bool) *env {
 	t.Helper()
 	pool, _ := pgtest.NewPool(t)
@@ -462,8 +481,8 @@ func TestResolveRules(t *testing.T) {
 func TestEffectsListAndDetail(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, token, false)
-	e.exec(t, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key)
-		SELECT 'bulk', 'bulk.type', 'bulk-' || g FROM generate_series(1, 7) g`)
+	e.exec(t, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, ordering_key)
+		SELECT 'bulk', 'bulk.type', 'bulk-' || g, CASE WHEN g <= 3 THEN 'acct-1' END FROM generate_series(1, 7) g`)
 	id := e.deadLetter(t, "projection", "rec-42", "solr: update: HTTP 401: require authentication",
 		`{"record_id": "r42", "nested": {"api_key": "sk-live-123", "title": "ok"}, "password": "hunter2"}`)
 	c := e.client(t)
@@ -486,6 +505,13 @@ func TestEffectsListAndDetail(t *testing.T) {
 		"?error=http+401":           1,
 		"?queue=bulk&state=leased":  0,
 		"?queue=projection&key=rec": 1,
+		// The ordering key is matched exactly, with or without a state
+		// (a state other than completed reads effects_ordering_idx).
+		"?ordering_key=acct-1":                 3,
+		"?ordering_key=acct":                   0,
+		"?ordering_key=acct-1&state=available": 3,
+		"?ordering_key=acct-1&state=completed": 0,
+		"?ordering_key=acct-1&queue=other":     0,
 	} {
 		a := do(t, c, "GET", e.srv.URL+"/console/effects"+q, nil)
 		if got := len(ids(a.body)); a.code != 200 || got != want {
@@ -510,10 +536,21 @@ func TestEffectsListAndDetail(t *testing.T) {
 	if len(seen) != 8 || seen[0] != strconv.FormatInt(id, 10) {
 		t.Fatalf("paged ids %v: want all 8, newest (%d) first", seen, id)
 	}
+	// The next page keeps the ordering-key filter.
+	if a := do(t, c, "GET", e.srv.URL+"/console/effects?ordering_key=acct-1&limit=2", nil); !strings.Contains(a.body, "ordering_key=acct-1") {
+		t.Fatalf("next page of an ordering key lost the filter: %s", a.body)
+	}
+	var ordered int64
+	if err := e.pool.QueryRow(e.ctx, `SELECT min(id) FROM pgoutbox.effects WHERE ordering_key = 'acct-1'`).Scan(&ordered); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(t, c, "GET", e.srv.URL+"/console/effects/"+strconv.FormatInt(ordered, 10), nil); !strings.Contains(a.body, `<dd id="ordering-key">acct-1</dd>`) {
+		t.Fatalf("effect page does not show the ordering key: %s", a.body)
+	}
 	a := do(t, c, "GET", e.srv.URL+"/console/effects/"+strconv.FormatInt(id, 10), nil)
 	if a.code != 200 || strings.Contains(a.body, "sk-live-123") || strings.Contains(a.body, "hunter2") ||
 		!strings.Contains(a.body, `&#34;title&#34;: &#34;ok&#34;`) || !strings.Contains(a.body, "record r42") ||
-		!strings.Contains(a.body, `id="replay-button"`) {
+		!strings.Contains(a.body, `id="replay-button"`) || !strings.Contains(a.body, `<dd id="ordering-key">-</dd>`) {
 		t.Fatalf("detail page: %d %s", a.code, a.body)
 	}
 	if a := do(t, c, "GET", e.srv.URL+"/console/effects/999999", nil); a.code != http.StatusNotFound {
@@ -564,26 +601,14 @@ func TestOverview(t *testing.T) {
 // refused.
 func TestSessionExpires(t *testing.T) {
 	t.Parallel()
-	pool, _ := pgtest.NewPool(t)
-	var mu sync.Mutex
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	c, err := console.New(console.Config{Pool: pool, OperatorToken: token, SessionTTL: time.Hour, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
-	e := &env{ctx: t.Context(), pool: pool, srv: srv, logs: &syncBuffer{}}
+	e, advance := newClockedEnv(t, console.Config{OperatorToken: token, SessionTTL: time.Hour})
 	cl := e.client(t)
 	csrf := e.signIn(t, cl, "alice")
-	mu.Lock()
-	now = now.Add(time.Hour)
-	mu.Unlock()
-	if a := do(t, cl, "GET", srv.URL+"/console/effects", nil); a.code != http.StatusSeeOther {
+	advance(time.Hour)
+	if a := do(t, cl, "GET", e.srv.URL+"/console/effects", nil); a.code != http.StatusSeeOther {
 		t.Fatalf("read after the TTL: %d, want a redirect to the sign-in", a.code)
 	}
-	if a := do(t, cl, "POST", srv.URL+"/console/signout", url.Values{"csrf": {csrf}}); a.code != http.StatusForbidden {
+	if a := do(t, cl, "POST", e.srv.URL+"/console/signout", url.Values{"csrf": {csrf}}); a.code != http.StatusForbidden {
 		t.Fatalf("action after the TTL: %d, want 403", a.code)
 	}
 }

@@ -2,16 +2,13 @@ package console_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/console"
-	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 // TestSignInRateLimit: after SignInFailuresMax wrong tokens from one
@@ -20,22 +17,10 @@ import (
 // clock) and sets no cookie; when the window ends the right token works.
 func TestSignInRateLimit(t *testing.T) {
 	t.Parallel()
-	pool, _ := pgtest.NewPool(t)
-	var mu sync.Mutex
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	c, err := console.New(console.Config{Pool: pool, OperatorToken: token, Now: clock,
-		SignInFailuresMax: 3, SignInWindow: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
-	e := &env{ctx: t.Context(), pool: pool, srv: srv, logs: &syncBuffer{}}
+	e, advance := newClockedEnv(t, console.Config{OperatorToken: token, SignInFailuresMax: 3, SignInWindow: time.Minute})
 	cl := e.client(t)
 	signin := func(tok string) answer {
-		return do(t, cl, "POST", srv.URL+"/console/signin", url.Values{"token": {tok}, "operator": {"eve"}})
+		return do(t, cl, "POST", e.srv.URL+"/console/signin", url.Values{"token": {tok}, "operator": {"eve"}})
 	}
 	for i := range 3 {
 		if a := signin("wrong"); a.code != http.StatusForbidden {

@@ -150,7 +150,7 @@ func pageSize(r *http.Request) (int, error) {
 func (c *Console) list(w http.ResponseWriter, r *http.Request, state string, path string) (*listData, bool) {
 	q := r.URL.Query()
 	f := store.EffectFilter{Queue: q.Get("queue"), State: q.Get("state"), Type: q.Get("type"),
-		KeyPrefix: q.Get("key"), ErrorText: q.Get("error")}
+		KeyPrefix: q.Get("key"), ErrorText: q.Get("error"), OrderingKey: q.Get("ordering_key")}
 	d := &listData{}
 	if state != "" {
 		f.State, d.FixedState = state, true
@@ -182,7 +182,8 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, state string, pat
 	if len(rows) > limit {
 		rows = rows[:limit]
 		next := url.Values{}
-		for k, v := range map[string]string{"queue": f.Queue, "type": f.Type, "key": f.KeyPrefix, "error": f.ErrorText} {
+		for k, v := range map[string]string{"queue": f.Queue, "type": f.Type, "key": f.KeyPrefix, "error": f.ErrorText,
+			"ordering_key": f.OrderingKey} {
 			if v != "" {
 				next.Set(k, v)
 			}

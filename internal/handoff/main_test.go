@@ -27,10 +27,8 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	pool, _ := pgtest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return &bundle{pool: pool, ctx: ctx}
+	db := pgtest.NewBundle(t, 90*time.Second)
+	return &bundle{pool: db.Pool, ctx: db.Ctx}
 }
 
 // enqueue writes effects in one committed transaction.
@@ -49,36 +47,15 @@ func (b *bundle) enqueue(t *testing.T, effects ...pgoutbox.Effect) []int64 {
 }
 
 // row is the externally visible part of an effect.
-type row struct {
-	State       string
-	Attempts    int
-	Started     *time.Time
-	AvailableIn float64 // available_at - now(), seconds
-	LastError   *string
-}
-
-func (b *bundle) row(t *testing.T, id int64) row {
+func (b *bundle) row(t *testing.T, id int64) pgtest.Effect {
 	t.Helper()
-	var r row
-	err := b.pool.QueryRow(b.ctx, `
-		SELECT state::text, attempts, delivery_started_at,
-		       extract(epoch FROM available_at - now())::float8, last_error
-		FROM pgoutbox.effects WHERE id = $1`, id).
-		Scan(&r.State, &r.Attempts, &r.Started, &r.AvailableIn, &r.LastError)
-	if err != nil {
-		t.Fatalf("row %d: %v", id, err)
-	}
-	return r
+	return pgtest.ReadEffect(t, b.ctx, b.pool, id)
 }
 
 // rowJSON captures a whole row, to prove a write changed nothing.
 func (b *bundle) rowJSON(t *testing.T, id int64) string {
 	t.Helper()
-	var s string
-	if err := b.pool.QueryRow(b.ctx, `SELECT to_jsonb(e)::text FROM pgoutbox.effects e WHERE id = $1`, id).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return pgtest.EffectJSON(t, b.ctx, b.pool, id)
 }
 
 // expire moves an effect's lease into the past (what waiting out the lease

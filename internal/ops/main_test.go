@@ -167,11 +167,7 @@ func (b *bundle) state(t *testing.T, id int64) string {
 
 func (b *bundle) rowJSON(t *testing.T, id int64) string {
 	t.Helper()
-	var s string
-	if err := b.pool.QueryRow(b.ctx, `SELECT to_jsonb(e)::text FROM pgoutbox.effects e WHERE id = $1`, id).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return pgtest.EffectJSON(t, b.ctx, b.pool, id)
 }
 
 // inTx runs fn in a transaction that is rolled back: everything fn seeds and

@@ -13,6 +13,10 @@ import (
 // BlockedLimitDefault is the most keys `blocked-keys` lists.
 const BlockedLimitDefault = 100
 
+// BlockedMaxDefault is how long a key may be blocked (the age of its oldest
+// waiting effect) before `blocked-keys --check` fails.
+const BlockedMaxDefault = 15 * time.Minute
+
 // BlockedOptions selects the ordering keys [BlockedKeys] lists.
 type BlockedOptions struct {
 	// Queue narrows the listing to one queue (default: every queue).

@@ -50,6 +50,24 @@ func TestCommandBlockedKeys(t *testing.T) {
 		t.Fatalf("blocked-keys --stuck: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	columnsAligned(t, strings.SplitN(r.stdout, "\n1 blocked", 2)[0])
+	// --check fails (3) only for the keys whose oldest waiting effect is
+	// older than --max-blocked: rec-1's waited 40 s, rec-2's 20 s.
+	if r := b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "1m"); r.code != 0 {
+		t.Fatalf("blocked-keys --check --max-blocked 1m: %d %s", r.code, r.stderr)
+	}
+	r = b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "30s")
+	if r.code != 3 || !strings.Contains(r.stderr, "1 key(s) blocked longer than 30s: q/rec-1 (") ||
+		strings.Contains(r.stderr, "rec-2") || !strings.Contains(r.stdout, "rec-2") {
+		t.Fatalf("blocked-keys --check --max-blocked 30s: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "10s", "--json"); r.code != 3 ||
+		!strings.Contains(r.stderr, "2 key(s)") || !strings.HasPrefix(r.stdout, "{") {
+		t.Fatalf("blocked-keys --check --max-blocked 10s --json: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "0s"); r.code != 1 ||
+		!strings.Contains(r.stderr, "--max-blocked must be positive") || r.stdout != "" {
+		t.Fatalf("blocked-keys --check --max-blocked 0s: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if b.fingerprint(t) != before {
 		t.Fatal("blocked-keys changed the database")
 	}

@@ -25,6 +25,9 @@ type EffectFilter struct {
 	KeyPrefix string
 	// ErrorText matches a last_error that contains it, case-insensitively.
 	ErrorText string
+	// OrderingKey matches the effects of this ordering key (migration
+	// 00013) exactly.
+	OrderingKey string
 }
 
 // EffectRow is one line of the effects list: no payload, only its subject.
@@ -48,10 +51,12 @@ const effectsCols = `id, queue, effect_type, idempotency_key, state::text, attem
 
 // effectsFilter is the WHERE clause shared by both list statements:
 // $1 queue, $2 state, $3 type, $4 key prefix, $5 error text, $6 the id the
-// page starts below (always set, so the primary key's range is sargable).
+// page starts below (always set, so the primary key's range is sargable),
+// $8 ordering key ($7 is the page size).
 const effectsFilter = `($1::text = '' OR queue = $1) AND ($2::text = '' OR state::text = $2)
   AND ($3::text = '' OR effect_type = $3) AND ($4::text = '' OR starts_with(idempotency_key, $4))
   AND ($5::text = '' OR strpos(lower(coalesce(last_error, '')), lower($5)) > 0)
+  AND ($8::text = '' OR ordering_key = $8)
   AND id < $6::bigint`
 
 // effectsListSQL pages every effect newest first: a backward walk of the
@@ -81,17 +86,32 @@ WHERE state IN ('dead_letter', 'reconciliation_required') AND ` + effectsFilter 
 ORDER BY id DESC
 LIMIT $7`
 
+// orderedListSQL is effectsListSQL for an ordering key and a state other
+// than completed: the literal predicates imply those of effects_ordering_idx
+// (queue, ordering_key, id), so the page reads only the key's effects that
+// are not completed. (An ordering key with no state, or with completed,
+// walks the primary key like the filters without an index.)
+const orderedListSQL = `
+SELECT ` + effectsCols + `
+FROM pgoutbox.effects
+WHERE ordering_key IS NOT NULL AND state <> 'completed' AND ` + effectsFilter + `
+ORDER BY id DESC
+LIMIT $7`
+
 // ListEffects returns up to limit effects matching f with id < beforeID
 // (0: the newest), newest first.
 func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, limit int) ([]EffectRow, error) {
 	sql := effectsListSQL
-	if f.State == "dead_letter" || f.State == "reconciliation_required" {
+	switch {
+	case f.OrderingKey != "" && f.State != "" && f.State != "completed":
+		sql = orderedListSQL
+	case f.State == "dead_letter" || f.State == "reconciliation_required":
 		sql = attentionListSQL
 	}
 	if beforeID <= 0 {
 		beforeID = math.MaxInt64
 	}
-	rows, err := db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit)
+	rows, err := db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit, f.OrderingKey)
 	if err != nil {
 		return nil, MapError(err)
 	}
@@ -117,6 +137,9 @@ type EffectDetail struct {
 	CompletedAt      *time.Time
 	DeadLetteredAt   *time.Time
 	ReconciliationAt *time.Time
+	// OrderingKey is the effect's ordering key (migration 00013), nil when
+	// it has none.
+	OrderingKey *string
 	// Resolution is the operator's recorded resolution of a reconciliation
 	// record (JSON), nil when none.
 	Resolution []byte
@@ -125,7 +148,7 @@ type EffectDetail struct {
 const effectDetailSQL = `
 SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
     created_at, delivery_started_at, last_error, coalesce(parked_due_at, available_at), leased_at, lease_owner, lease_expires_at,
-    completed_at, dead_lettered_at, reconciliation_at, resolution
+    completed_at, dead_lettered_at, reconciliation_at, resolution, ordering_key
 FROM pgoutbox.effects WHERE id = $1`
 
 // GetEffectDetail loads one effect for the console; found=false when it
@@ -134,7 +157,8 @@ func GetEffectDetail(ctx context.Context, db DBTX, id int64) (EffectDetail, bool
 	var d EffectDetail
 	err := db.QueryRow(ctx, effectDetailSQL, id).Scan(&d.ID, &d.Queue, &d.Type, &d.Key, &d.State, &d.Attempts,
 		&d.MaxAttempts, &d.Payload, &d.CreatedAt, &d.DeliveryStartedAt, &d.LastError, &d.AvailableAt, &d.LeasedAt,
-		&d.LeaseOwner, &d.LeaseExpiresAt, &d.CompletedAt, &d.DeadLetteredAt, &d.ReconciliationAt, &d.Resolution)
+		&d.LeaseOwner, &d.LeaseExpiresAt, &d.CompletedAt, &d.DeadLetteredAt, &d.ReconciliationAt, &d.Resolution,
+		&d.OrderingKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, false, nil
 	}

@@ -66,7 +66,7 @@ func BenchmarkConsoleList(b *testing.B) {
 				before = 1<<63 - 1
 			}
 			rows, err := pool.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+sql,
-				c.f.Queue, c.f.State, c.f.Type, c.f.KeyPrefix, c.f.ErrorText, before, 51)
+				c.f.Queue, c.f.State, c.f.Type, c.f.KeyPrefix, c.f.ErrorText, before, 51, c.f.OrderingKey)
 			if err != nil {
 				b.Fatal(err)
 			}

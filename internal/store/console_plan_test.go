@@ -12,7 +12,8 @@ import (
 // The console's effects list pages by id through an index, whatever the
 // filters: the general list walks the primary key backwards and stops
 // after a page (no sort of the table), and the dead-letter and
-// reconciliation lists read effects_attention_idx only. (A filter that
+// reconciliation lists read effects_attention_idx only, and an ordering
+// key with a state other than completed reads effects_ordering_idx only. (A filter that
 // matches almost nothing, such as a rare error text, has no index of its
 // own: its page reads until it finds a page's worth, or the table.)
 // Checked on custom plans, which PostgreSQL uses for these statements (see
@@ -26,6 +27,8 @@ func TestConsoleListsUseAnIndex(t *testing.T) {
 		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, state, completed_at)
 		 SELECT 'q' || (g % 4), 't', g::text, 'completed', now() FROM generate_series(1, 20000) g`,
 		`UPDATE pgoutbox.effects SET state = 'dead_letter', completed_at = NULL, last_error = 'boom' WHERE id % 500 = 0`,
+		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, state, ordering_key)
+		 SELECT 'q' || (g % 4), 't', 'o' || g, 'available', 'k' || (g % 50) FROM generate_series(1, 2000) g`,
 		`ANALYZE pgoutbox.effects`,
 	} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
@@ -43,11 +46,13 @@ func TestConsoleListsUseAnIndex(t *testing.T) {
 	for name, st := range map[string]struct {
 		sql, args, index string
 	}{
-		"all, first page":    {effectsListSQL, `('', '', '', '', '', 9223372036854775807, 51)`, "effects_pkey"},
-		"queue, next page":   {effectsListSQL, `('q1', '', '', '', '', 15000, 51)`, "effects_pkey"},
-		"state and type":     {effectsListSQL, `('', 'completed', 't', '', '', 9223372036854775807, 51)`, "effects_pkey"},
-		"dead letters":       {attentionListSQL, `('', 'dead_letter', '', '', '', 9223372036854775807, 51)`, "effects_attention_idx"},
-		"dead letters of q0": {attentionListSQL, `('q0', 'dead_letter', '', '', '', 9223372036854775807, 51)`, "effects_attention_idx"},
+		"all, first page":               {effectsListSQL, `('', '', '', '', '', 9223372036854775807, 51, '')`, "effects_pkey"},
+		"queue, next page":              {effectsListSQL, `('q1', '', '', '', '', 15000, 51, '')`, "effects_pkey"},
+		"state and type":                {effectsListSQL, `('', 'completed', 't', '', '', 9223372036854775807, 51, '')`, "effects_pkey"},
+		"dead letters":                  {attentionListSQL, `('', 'dead_letter', '', '', '', 9223372036854775807, 51, '')`, "effects_attention_idx"},
+		"dead letters of q0":            {attentionListSQL, `('q0', 'dead_letter', '', '', '', 9223372036854775807, 51, '')`, "effects_attention_idx"},
+		"ordering key, available in q3": {orderedListSQL, `('q3', 'available', '', '', '', 9223372036854775807, 51, 'k7')`, "effects_ordering_idx"},
+		"ordering key, dead letters":    {orderedListSQL, `('', 'dead_letter', '', '', '', 9223372036854775807, 51, 'k7')`, "effects_ordering_idx"},
 	} {
 		stmt := "console_" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "_"), ",", "")
 		if _, err := conn.Exec(ctx, `PREPARE `+stmt+` AS `+st.sql); err != nil {

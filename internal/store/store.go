@@ -756,6 +756,35 @@ func PruneKeys(ctx context.Context, db DBTX, retention time.Duration, limit int)
 	return tag.RowsAffected(), nil
 }
 
+// pruneNotifyPendingSQL deletes the notify_pending rows (migration 00011)
+// of backends that are gone. A row only exists to queue its transaction's
+// deferred NOTIFY trigger, which has fired by the time the transaction
+// commits, so the row of a committed transaction is dead weight; a row a
+// transaction has written and not yet committed is either invisible here
+// (a first insert) or row-locked (an update), and SKIP LOCKED leaves it,
+// so the cleanup never waits and never takes a pending notification away,
+// even when a new backend has reused a dead backend's pid.
+const pruneNotifyPendingSQL = `
+DELETE FROM pgoutbox.notify_pending
+WHERE pid = ANY(ARRAY(
+    SELECT p.pid FROM pgoutbox.notify_pending p
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = p.pid)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+))`
+
+// PruneNotifyPending deletes up to limit rows of pgoutbox.notify_pending
+// whose backend pid is no longer live (not in pg_stat_activity) and returns
+// how many it deleted. The table has one row per backend that ever enqueued,
+// so without this it grows with connection churn.
+func PruneNotifyPending(ctx context.Context, db DBTX, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, pruneNotifyPendingSQL, limit)
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 const resolveSQL = `
 UPDATE pgoutbox.effects
 SET state = 'completed', completed_at = now(), resolution = $3

@@ -34,8 +34,9 @@ func exampleDB(ctx context.Context) (pool *pgxpool.Pool, done func()) {
 }
 
 // exampleNATS starts an embedded NATS server with JetStream (file storage in
-// a temporary directory) and returns its URL and the function that stops it.
-func exampleNATS() (url string, stop func()) {
+// a temporary directory), connects to it and returns the JetStream context
+// and the function that closes the connection and stops the server.
+func exampleNATS() (js jetstream.JetStream, stop func()) {
 	dir, err := os.MkdirTemp("", "pgoutbox-nats-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -50,7 +51,15 @@ func exampleNATS() (url string, stop func()) {
 	if !ns.ReadyForConnections(20 * time.Second) {
 		log.Fatal("embedded NATS server not ready")
 	}
-	return ns.ClientURL(), func() {
+	nc, err := natsgo.Connect(ns.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if js, err = jetstream.New(nc); err != nil {
+		log.Fatal(err)
+	}
+	return js, func() {
+		nc.Close()
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		_ = os.RemoveAll(dir)
@@ -65,21 +74,12 @@ func exampleNATS() (url string, stop func()) {
 func Example_relay() {
 	ctx := context.Background()
 	// pool is the application's pgx pool, on a database migrated with
-	// migrations.Up; natsURL is a NATS server with JetStream enabled.
+	// migrations.Up; js is a JetStream context (jetstream.New on a
+	// connection to a NATS server with JetStream enabled).
 	pool, done := exampleDB(ctx)
 	defer done()
-	natsURL, stopNATS := exampleNATS()
+	js, stopNATS := exampleNATS()
 	defer stopNATS()
-
-	nc, err := natsgo.Connect(natsURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
 	policy := pgnats.RetryPolicy{} // 8 attempts, 5 min backoff cap, 60 s lease
 
 	relay, err := pgnats.NewRelay(pool, js, pgnats.RelayConfig{Queues: []string{"outbox_events"}, Retry: policy})
@@ -151,17 +151,8 @@ func ExamplePublishEffect() {
 	ctx := context.Background()
 	pool, done := exampleDB(ctx)
 	defer done()
-	natsURL, stopNATS := exampleNATS()
+	js, stopNATS := exampleNATS()
 	defer stopNATS()
-	nc, err := natsgo.Connect(natsURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
 	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: time.Hour})
 	if err != nil {
 		log.Fatal(err)

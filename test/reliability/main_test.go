@@ -113,6 +113,24 @@ func (d *db) scalar(t *testing.T, ctx context.Context, sql string, args ...any) 
 	return n
 }
 
+// completedIDs is the set of effects completed now.
+func (d *db) completedIDs(t *testing.T, ctx context.Context) map[int64]bool {
+	t.Helper()
+	rows, err := d.pool.Query(ctx, `SELECT id FROM pgoutbox.effects WHERE state = 'completed'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	return done
+}
+
 func (d *db) exec(t *testing.T, ctx context.Context, sql string, args ...any) {
 	t.Helper()
 	if _, err := d.pool.Exec(ctx, sql, args...); err != nil {

@@ -351,28 +351,45 @@ func readCalls(t *testing.T, dir string) (calls []call, torn int) {
 		t.Fatal(err)
 	}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+		c, n := readCallFile(t, f)
+		calls, torn = append(calls, c...), torn+n
+	}
+	return calls, torn
+}
+
+// callsIn is the whole calls of one call log (a torn last line, from a
+// killed writer, is left out).
+func callsIn(t *testing.T, path string) []call {
+	t.Helper()
+	calls, _ := readCallFile(t, path)
+	return calls
+}
+
+// readCallFile parses one call log; torn counts its lines that are cut or
+// malformed.
+func readCallFile(t *testing.T, f string) (calls []call, torn int) {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line == "" {
+			continue
 		}
-		for _, line := range strings.SplitAfter(string(b), "\n") {
-			if line == "" {
-				continue
-			}
-			fs := strings.Fields(line)
-			if !strings.HasSuffix(line, "\n") || len(fs) != 5 {
-				torn++
-				continue
-			}
-			id, err1 := strconv.ParseInt(fs[0], 10, 64)
-			att, err2 := strconv.Atoi(fs[1])
-			ns, err3 := strconv.ParseInt(fs[4], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil {
-				torn++
-				continue
-			}
-			calls = append(calls, call{id: id, attempt: att, token: fs[2], typ: fs[3], at: time.Unix(0, ns), file: filepath.Base(f)})
+		fs := strings.Fields(line)
+		if !strings.HasSuffix(line, "\n") || len(fs) != 5 {
+			torn++
+			continue
 		}
+		id, err1 := strconv.ParseInt(fs[0], 10, 64)
+		att, err2 := strconv.Atoi(fs[1])
+		ns, err3 := strconv.ParseInt(fs[4], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			torn++
+			continue
+		}
+		calls = append(calls, call{id: id, attempt: att, token: fs[2], typ: fs[3], at: time.Unix(0, ns), file: filepath.Base(f)})
 	}
 	return calls, torn
 }
