@@ -58,7 +58,7 @@ func leasesOf(claimed []store.Claimed) []*Lease {
 }
 
 func newLease(cl store.Claimed) *Lease {
-	return &Lease{Delivery: *newDelivery(cl), fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}}
+	return &Lease{Delivery: *newDelivery(cl), fence: cl.Fence()}
 }
 
 func leaseLost(op string, id int64) error {

@@ -193,7 +193,7 @@ func (q *queueWorker) start(cl store.Claimed) {
 	q.c.m.claimed.WithLabelValues(q.name).Inc()
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
-	fence := store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type}
+	fence := cl.Fence()
 	q.c.leases.Put(&core.Held{Fence: fence, Cancel: cancel})
 	q.inflight.Add(1)
 	q.c.life.AddDelivery()

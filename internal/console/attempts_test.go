@@ -37,7 +37,7 @@ func TestAttemptHistory(t *testing.T) {
 		if err != nil || len(cs) != 1 {
 			t.Fatalf("claim by %s: %v %v", owner, cs, err)
 		}
-		return store.Fence{ID: cs[0].ID, Token: cs[0].Token, Type: cs[0].Type}
+		return cs[0].Fence()
 	}
 	fail := func(f store.Fence, kind store.FailKind, msg, want string) {
 		t.Helper()

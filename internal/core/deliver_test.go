@@ -78,7 +78,7 @@ func TestTxJobCommitsAfterDeliveryCancelled(t *testing.T) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	j := &core.Job{
-		Fence:   store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
+		Fence:   cl.Fence(),
 		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, ReplaySafe: true, Timeout: 10 * time.Second,
 		TxHandler: func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO marks VALUES ('job')`); err != nil {

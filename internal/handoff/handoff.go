@@ -54,7 +54,7 @@ func newLease(cl store.Claimed) *Lease {
 			ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
 			Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt, OrderingKey: cl.OrderingKey,
 		},
-		Fence: store.Fence{ID: cl.ID, Token: cl.Token, Type: cl.Type},
+		Fence: cl.Fence(),
 	}
 	if cl.Token != (uuid.UUID{}) {
 		l.LeaseToken = cl.Token.String()

@@ -203,7 +203,7 @@ func TestParkRacesCompletion(t *testing.T) {
 	var completeErr error
 	go func() {
 		defer close(done)
-		_, completeErr = Complete(ctx, conn, []Fence{{ID: c[0].ID, Token: c[0].Token, Type: c[0].Type}})
+		_, completeErr = Complete(ctx, conn, []Fence{c[0].Fence()})
 	}()
 	waitLockWait(ctx, t, pool, pid, done)
 	if err := parker.Commit(ctx); err != nil {
@@ -236,7 +236,7 @@ func TestParkSkipsBlockerBeingChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer completer.Rollback(ctx)
-	if done, err := Complete(ctx, completer, []Fence{{ID: c[0].ID, Token: c[0].Token, Type: c[0].Type}}); err != nil || len(done) != 1 {
+	if done, err := Complete(ctx, completer, []Fence{c[0].Fence()}); err != nil || len(done) != 1 {
 		t.Fatalf("complete = %v, %v", done, err)
 	}
 	// A parker that waited for the completer would fail here, not hang.

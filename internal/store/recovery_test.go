@@ -186,7 +186,7 @@ func TestSweepRoutesFromTheLockedRow(t *testing.T) {
 	}()
 	f.waitBlocked(t, h.run.Conn().PgConn().PID(), "the sweep to hold after its snapshot")
 
-	started, err := MarkStarted(f.ctx, late, Fence{ID: c.ID, Token: c.Token, Type: c.Type})
+	started, err := MarkStarted(f.ctx, late, c.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestRequeueStaleRoutesFromTheLockedRow(t *testing.T) {
 		requeued <- result{m, err}
 	}()
 	f.waitBlocked(t, h.run.Conn().PgConn().PID(), "requeue-stale to hold after its snapshot")
-	started, err := MarkStarted(f.ctx, f.pool, Fence{ID: c.ID, Token: c.Token, Type: c.Type})
+	started, err := MarkStarted(f.ctx, f.pool, c.Fence())
 	if err != nil || !started {
 		t.Fatalf("the stalled worker's start on its live lease: started=%v, %v", started, err)
 	}
@@ -257,7 +257,7 @@ func TestMarkStartedRefusesAnExpiredLease(t *testing.T) {
 	id := f.insertOne(t, "k", 8)
 	c := f.claimOne(t)
 	f.exec(t, `UPDATE pgoutbox.effects SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id)
-	started, err := MarkStarted(f.ctx, f.pool, Fence{ID: c.ID, Token: c.Token, Type: c.Type})
+	started, err := MarkStarted(f.ctx, f.pool, c.Fence())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestReleaseRoutesLikeRecovery(t *testing.T) {
 			f := newFixture(t)
 			id := f.insertOne(t, "k", tc.maxAttempts)
 			c := f.claimOne(t)
-			fence := Fence{ID: c.ID, Token: c.Token, Type: c.Type}
+			fence := c.Fence()
 			if tc.start {
 				if ok, err := MarkStarted(f.ctx, f.pool, fence); err != nil || !ok {
 					t.Fatalf("start: %v %v", ok, err)

@@ -444,6 +444,10 @@ type Fence struct {
 	Type  string
 }
 
+// Fence is the fence of a durable lease this claim wrote (Claim,
+// ClaimRelay, Promote); a row-lock claim (LockClaim) has no token.
+func (c Claimed) Fence() Fence { return Fence{ID: c.ID, Token: c.Token, Type: c.Type} }
+
 // fenceArrays spreads fences into the statement's arrays, in id order:
 // every multi-row fenced statement (complete, extend, hand-over) then locks
 // its rows in the same order, so two of them never deadlock on the rows
