@@ -36,11 +36,12 @@ bench: build
 	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./target/nats
 
 ## bench-curves: drain rate, worker RSS, WAL and PostgreSQL CPU per effect against backlog (100k, 1M, 5M), payload
-## (300 B, 4 KiB, 32 KiB) and worker processes (1, 2, 4), River, pgoutbox and the ceiling side by side (hours);
+## (300 B, 4 KiB, 32 KiB) and worker processes (1, 2, 4), River, pgoutbox (row-lock, the default; durable) and the
+## row-lock ceiling side by side (about an hour on 2 cores);
 ## writes docs/bench/curves.json and docs/bench/curve-*.svg. Smaller: BENCHFLAGS='-curve-backlogs 10000,50000 -curve-n 10000'
 bench-curves: build
 	./scripts/test-deps postgres
-	cd bench && $(GO) run . -curves -rounds 1 -systems 'river,pgoutbox[row-lock=50ms],pgoutbox,ceiling[row-lock],ceiling' \
+	cd bench && $(GO) run . -curves -rounds 1 -timeout 60m -systems 'river,pgoutbox,pgoutbox[row-lock=off],ceiling[row-lock]' \
 		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/curves.json -svg ../docs/bench $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 

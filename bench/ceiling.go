@@ -48,7 +48,7 @@ func (s *ceilingSystem) DiagnoseSQL() string { return (&pgSystem{}).DiagnoseSQL(
 // ClaimLatencySQL: both variants write leased_at at claim (the row-lock
 // variant in its only transaction, whose now() is the claim's time).
 func (s *ceilingSystem) ClaimLatencySQL() string {
-	return `SELECT leased_at - available_at FROM pgoutbox.effects WHERE leased_at IS NOT NULL`
+	return `SELECT id, available_at, leased_at FROM pgoutbox.effects WHERE leased_at IS NOT NULL`
 }
 
 func (s *ceilingSystem) Retention(ctx context.Context, pool *pgxpool.Pool) (int64, error) {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 )
 
 // dsnWithDB returns dsn pointed at database db.
@@ -60,13 +62,57 @@ func relSize(ctx context.Context, pool *pgxpool.Pool, tables []string) (float64,
 	return float64(b), err
 }
 
-// claimPercentiles returns p50 and p99 in ms of the intervals sql selects.
-func claimPercentiles(ctx context.Context, pool *pgxpool.Pool, sql string) (p50, p99 float64, err error) {
+// claimPercentiles returns p50 and p99 in ms of claimed - available over
+// the rows sql selects (id, available, claimed) with ids above afterID.
+func claimPercentiles(ctx context.Context, pool *pgxpool.Pool, sql string, afterID int64) (p50, p99 float64, err error) {
 	q := `SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
 	             coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
-	      FROM (SELECT extract(epoch FROM l) * 1000 AS ms FROM (` + sql + `) AS x(l)) AS y`
-	err = pool.QueryRow(ctx, q).Scan(&p50, &p99)
+	      FROM (SELECT extract(epoch FROM c - a) * 1000 AS ms FROM (` + sql + `) AS x(id, a, c) WHERE id > $1) AS y`
+	err = pool.QueryRow(ctx, q, afterID).Scan(&p50, &p99)
 	return p50, p99, err
+}
+
+// claimSpans splits the claim latency of the latency scenario's effects
+// (ids above l.WarmMaxID) at their commit: available → commit is the
+// producer's transaction (available_at is its start: the insert's now()),
+// commit → claimed is the queue's own part. The commit is when the
+// producer's InsertOne returned, on this process's clock, moved to the
+// database clock by an offset measured with clock_timestamp() (a round
+// trip's half, well under a millisecond on one host). It returns the p50
+// and p99 of each span in ms.
+func claimSpans(ctx context.Context, pool *pgxpool.Pool, sql string, l benchrun.LatencyResult) (prod, queue [2]float64, err error) {
+	var db time.Time
+	t0 := time.Now()
+	if err = pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&db); err != nil {
+		return prod, queue, err
+	}
+	t1 := time.Now()
+	offset := db.Sub(t0.Add(t1.Sub(t0) / 2)) // database clock - this clock
+	rows, err := pool.Query(ctx, `SELECT id, a, c FROM (`+sql+`) AS x(id, a, c) WHERE id > $1`, l.WarmMaxID)
+	if err != nil {
+		return prod, queue, err
+	}
+	var ps, qs []float64
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	for rows.Next() {
+		var id int64
+		var a, c time.Time
+		if err := rows.Scan(&id, &a, &c); err != nil {
+			return prod, queue, err
+		}
+		if commit, ok := l.Commits.Get(id); ok {
+			commit = commit.Add(offset)
+			ps, qs = append(ps, ms(commit.Sub(a))), append(qs, ms(c.Sub(commit)))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return prod, queue, err
+	}
+	slices.Sort(ps)
+	slices.Sort(qs)
+	prod = [2]float64{benchrun.Percentile(ps, 0.5), benchrun.Percentile(ps, 0.99)}
+	queue = [2]float64{benchrun.Percentile(qs, 0.5), benchrun.Percentile(qs, 0.99)}
+	return prod, queue, nil
 }
 
 // pgCPU samples the CPU time of the PostgreSQL server's processes from /proc

@@ -89,10 +89,10 @@ func (s *pgSystem) DiagnoseSQL() string {
 }
 
 func (s *pgSystem) ClaimLatencySQL() string {
-	// A row-lock lease writes no leased_at: its claim latency is bounded
-	// above by completed_at (claim + delivery + the batch's close).
-	return `SELECT coalesce(leased_at, completed_at) - available_at FROM pgoutbox.effects
-	        WHERE coalesce(leased_at, completed_at) IS NOT NULL`
+	// A row-lock lease writes nothing at claim; the batch's closing UPDATE,
+	// which runs in the claim transaction, records that transaction's start
+	// (now()) as leased_at, so both lease modes report the claim's time.
+	return `SELECT id, available_at, leased_at FROM pgoutbox.effects WHERE leased_at IS NOT NULL`
 }
 
 func (s *pgSystem) Retention(ctx context.Context, pool *pgxpool.Pool) (int64, error) {

@@ -46,7 +46,7 @@ func (s *riverSystem) DiagnoseSQL() string {
 }
 
 func (s *riverSystem) ClaimLatencySQL() string {
-	return `SELECT attempted_at - scheduled_at FROM river_job WHERE attempted_at IS NOT NULL`
+	return `SELECT id, scheduled_at, attempted_at FROM river_job WHERE attempted_at IS NOT NULL`
 }
 
 // Retention deletes completed jobs in batches of 1,000, as River's job

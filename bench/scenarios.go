@@ -78,8 +78,12 @@ var scenarios = []scenario{
 			{"rate", "achieved enqueue rate/s", 0},
 			{"start_p50", "commit -> delivery start p50 ms", 2},
 			{"start_p99", "commit -> delivery start p99 ms", 2},
-			{"claim_p50", "claim latency p50 ms", 2},
-			{"claim_p99", "claim latency p99 ms", 2},
+			{"claim_p50", "claim latency p50 ms (available -> claimed)", 2},
+			{"claim_p99", "claim latency p99 ms (available -> claimed)", 2},
+			{"commit_claim_p50", "commit -> claimed p50 ms (the queue's part)", 2},
+			{"commit_claim_p99", "commit -> claimed p99 ms (the queue's part)", 2},
+			{"producer_tx_p50", "available -> commit p50 ms (the producer's transaction)", 2},
+			{"producer_tx_p99", "available -> commit p99 ms (the producer's transaction)", 2},
 		},
 		run: runLatency,
 	},
@@ -246,7 +250,7 @@ func runSustained(ctx context.Context, e *env) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL())
+	_, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL(), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -295,25 +299,34 @@ func runLatency(ctx context.Context, e *env) (result, error) {
 	l, err := benchrun.Latency(ctx, e.prod, r, starts, benchrun.LatencyConfig{
 		Rate: e.o.rate, Duration: e.o.latencyDuration, Producers: e.o.latencyProducers,
 		Settle: time.Second, Wait: 30 * time.Second, // let the client settle (leader election, LISTEN)
-		Hold: e.o.latencyHold,
+		WarmUp: 2 * time.Second,
+		Hold:   e.o.latencyHold,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if !l.Completed {
 		return nil, fmt.Errorf("latency: %d of %d completed 30s after the last enqueue; not completed: %s",
-			r.Completed().Load(), l.Produced, diagnose(ctx, e, starts))
+			r.Completed().Load()-l.Warm, l.Produced, diagnose(ctx, e, starts))
 	}
-	p50, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL())
+	p50, p99, err := claimPercentiles(ctx, e.pool, e.sys.ClaimLatencySQL(), l.WarmMaxID)
+	if err != nil {
+		return nil, err
+	}
+	prod, queue, err := claimSpans(ctx, e.pool, e.sys.ClaimLatencySQL(), l)
 	if err != nil {
 		return nil, err
 	}
 	return result{
-		"rate":      float64(l.Produced) / l.Elapsed.Seconds(),
-		"start_p50": benchrun.Percentile(l.StartMs, 0.50),
-		"start_p99": benchrun.Percentile(l.StartMs, 0.99),
-		"claim_p50": p50,
-		"claim_p99": p99,
+		"rate":             float64(l.Produced) / l.Elapsed.Seconds(),
+		"start_p50":        benchrun.Percentile(l.StartMs, 0.50),
+		"start_p99":        benchrun.Percentile(l.StartMs, 0.99),
+		"claim_p50":        p50,
+		"claim_p99":        p99,
+		"commit_claim_p50": queue[0],
+		"commit_claim_p99": queue[1],
+		"producer_tx_p50":  prod[0],
+		"producer_tx_p99":  prod[1],
 	}, nil
 }
 

@@ -44,8 +44,8 @@ type system interface {
 	Tables() []string
 	// Prepare builds (but does not start) a worker client on pool.
 	Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerConfig) (runner, error)
-	// ClaimLatencySQL selects one interval per claimed row: claim time minus
-	// the time the row became available (database clock).
+	// ClaimLatencySQL selects, for every claimed row, its id, when it became
+	// available and when it was claimed (timestamptz, database clock).
 	ClaimLatencySQL() string
 	// DiagnoseSQL lists rows not completed: id, state, attempts, claimed
 	// at, lease expiry or schedule, last error.

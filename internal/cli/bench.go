@@ -310,12 +310,12 @@ func (b *bencher) runLatency(ctx context.Context) (benchLatency, error) {
 	defer b.stop(ctx, r)
 	l, err := benchrun.Latency(ctx, b.producers, r, starts, benchrun.LatencyConfig{
 		Rate: b.o.rate, Duration: b.o.latency, Producers: b.o.latencyProducer,
-		Settle: 500 * time.Millisecond, Wait: 30 * time.Second, Progress: b.progress,
+		Settle: 500 * time.Millisecond, WarmUp: time.Second, Wait: 30 * time.Second, Progress: b.progress,
 	})
 	if err != nil {
 		return benchLatency{}, err
 	}
-	claimP99, err := store.ClaimLatencyP99(ctx, b.workers, b.queue)
+	claimP99, err := store.ClaimLatencyP99(ctx, b.workers, b.queue, l.WarmMaxID)
 	if err != nil {
 		return benchLatency{}, err
 	}
@@ -323,7 +323,7 @@ func (b *bencher) runLatency(ctx context.Context) (benchLatency, error) {
 		Rate: b.o.rate, AchievedRate: float64(l.Produced) / l.Elapsed.Seconds(),
 		CommitToStartP50Ms: benchPercentile(l.StartMs, 0.5), CommitToStartP99Ms: benchPercentile(l.StartMs, 0.99),
 		ClaimLatencyP99Ms: claimP99, DeliveriesMeasured: len(l.StartMs),
-		EffectsNotDelivered: l.Produced - r.Completed().Load(),
+		EffectsNotDelivered: l.Produced + l.Warm - r.Completed().Load(),
 	}, nil
 }
 
