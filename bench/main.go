@@ -20,6 +20,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -285,6 +286,9 @@ func (o *options) system(name string) (system, error) {
 func main() {
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+		}
 		os.Exit(2)
 	}
 	if o.child != "" {

@@ -42,7 +42,7 @@ func drawCurves(f *curvesFile, dir string) error {
 		text(&b, 12, 40, 11, "start", "", "points: "+sizes+" · median of "+strconv.Itoa(rounds(f))+" round(s)")
 		text(&b, 12, 55, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s",
 			strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go))
-		text(&b, 12, 70, 11, "start", "", "Small sizes on a busy machine: the figures are noisy; compare the systems at one point, not absolute values.")
+		text(&b, 12, 70, 11, "start", "", "Server: "+serverSettings(f.Settings)+". Compare the systems at one point; single points vary from run to run.")
 		// Legend.
 		x := 12.0
 		for i, s := range f.Systems {
@@ -209,4 +209,16 @@ func byteSize(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// serverSettings is settings (name=value …) without
+// shared_preload_libraries, which does not change the figures.
+func serverSettings(settings string) string {
+	var out []string
+	for _, f := range strings.Fields(settings) {
+		if !strings.HasPrefix(f, "shared_preload_libraries=") {
+			out = append(out, f)
+		}
+	}
+	return strings.Join(out, " ")
 }

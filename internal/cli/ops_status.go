@@ -16,7 +16,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var asJSON, byType bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Counts by queue and state, retrying, oldest available age, lag and stalled leases",
+		Short: "Counts by queue and state, retrying, parked, oldest available age, lag and stalled leases",
 		Long: `status prints, per queue: effects available (pending, retrying ones included),
 retrying (available with attempts > 0), leased, stalled leases (held longer than
 --stalled-after), dead letters, reconciliation records, completions and the lag
@@ -41,10 +41,10 @@ VACUUM. Ages use the database clock.`,
 func printStatus(g *globals, s *ops.Snapshot, byType bool) error {
 	tw := newTable(g.stdout)
 	window := time.Duration(s.LagWindowSeconds * float64(time.Second)).String()
-	header := []any{"QUEUE", "AVAILABLE", "RETRYING", "LEASED", "STALLED", "DEAD LETTER", "RECONCILIATION",
+	header := []any{"QUEUE", "AVAILABLE", "RETRYING", "PARKED", "LEASED", "STALLED", "DEAD LETTER", "RECONCILIATION",
 		"COMPLETED " + window, "OLDEST AVAILABLE", "LAG P50", "LAG P99"}
 	line := func(name string, c ops.Counts) []any {
-		return []any{name, c.Available, c.Retrying, c.Leased, c.StalledLeases, c.DeadLetter, c.ReconciliationRequired,
+		return []any{name, c.Available, c.Retrying, c.Parked, c.Leased, c.StalledLeases, c.DeadLetter, c.ReconciliationRequired,
 			c.CompletedRecent, age(c.OldestAvailableAgeSeconds), lag(c.LagP50Seconds), lag(c.LagP99Seconds)}
 	}
 	rows := s.Queues

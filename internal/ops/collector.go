@@ -25,8 +25,8 @@ type Collector struct {
 	cache *StatsCache
 	log   *slog.Logger
 
-	effects, retrying, oldest, stalled, xmin, refreshed *prometheus.Desc
-	errors                                              prometheus.Counter
+	effects, retrying, parked, oldest, stalled, xmin, refreshed *prometheus.Desc
+	errors                                                      prometheus.Counter
 }
 
 // NewCollector returns a collector over cache; log may be nil.
@@ -42,6 +42,8 @@ func NewCollector(cache *StatsCache, log *slog.Logger) *Collector {
 			[]string{"queue", "effect_type", "state"}, nil),
 		retrying: prometheus.NewDesc("pgoutbox_effects_retrying",
 			"Available effects waiting for a retry (attempts > 0).", qt, nil),
+		parked: prometheus.NewDesc("pgoutbox_effects_parked",
+			"Available effects parked behind their ordering key's blocked head (counted in pgoutbox_effects too).", qt, nil),
 		oldest: prometheus.NewDesc("pgoutbox_oldest_available_age_seconds",
 			"Age of the oldest due available effect (database clock); 0 when none waits.", qt, nil),
 		stalled: prometheus.NewDesc("pgoutbox_stalled_leases",
@@ -59,7 +61,7 @@ func NewCollector(cache *StatsCache, log *slog.Logger) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.effects, c.retrying, c.oldest, c.stalled, c.xmin, c.refreshed} {
+	for _, d := range []*prometheus.Desc{c.effects, c.retrying, c.parked, c.oldest, c.stalled, c.xmin, c.refreshed} {
 		ch <- d
 	}
 	c.errors.Describe(ch)
@@ -80,6 +82,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.effects, prometheus.GaugeValue, float64(t.count(st)), t.Queue, t.Type, st)
 			}
 			ch <- prometheus.MustNewConstMetric(c.retrying, prometheus.GaugeValue, float64(t.Retrying), t.Queue, t.Type)
+			ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(t.Parked), t.Queue, t.Type)
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, t.OldestAvailableAgeSeconds, t.Queue, t.Type)
 			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(t.StalledLeases), t.Queue, t.Type)
 		}

@@ -140,6 +140,7 @@ func TestCollectorExposition(t *testing.T) {
 	types := map[string]dto.MetricType{
 		"pgoutbox_effects":                           dto.MetricType_GAUGE,
 		"pgoutbox_effects_retrying":                  dto.MetricType_GAUGE,
+		"pgoutbox_effects_parked":                    dto.MetricType_GAUGE,
 		"pgoutbox_oldest_available_age_seconds":      dto.MetricType_GAUGE,
 		"pgoutbox_stalled_leases":                    dto.MetricType_GAUGE,
 		"pgoutbox_oldest_xmin_age_seconds":           dto.MetricType_GAUGE,

@@ -135,10 +135,10 @@ func TestCommandStatus(t *testing.T) {
 	table := r.stdout[:strings.Index(r.stdout, "oldest transaction")]
 	columnsAligned(t, table)
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^QUEUE +AVAILABLE +RETRYING +LEASED +STALLED +DEAD LETTER +RECONCILIATION +COMPLETED 5m0s +OLDEST AVAILABLE +LAG P50 +LAG P99$`),
-		regexp.MustCompile(`(?m)^gh +0 +0 +0 +0 +1 +1 +0 +0s +- +-$`),
-		regexp.MustCompile(`(?m)^mail +2 +1 +1 +1 +0 +0 +1 +12m(3[4-9]|[45]\d)s +3s +3s$`),
-		regexp.MustCompile(`(?m)^TOTAL +2 +1 +1 +1 +1 +1 +1 +12m`),
+		regexp.MustCompile(`(?m)^QUEUE +AVAILABLE +RETRYING +PARKED +LEASED +STALLED +DEAD LETTER +RECONCILIATION +COMPLETED 5m0s +OLDEST AVAILABLE +LAG P50 +LAG P99$`),
+		regexp.MustCompile(`(?m)^gh +0 +0 +0 +0 +0 +1 +1 +0 +0s +- +-$`),
+		regexp.MustCompile(`(?m)^mail +2 +1 +0 +1 +1 +0 +0 +1 +12m(3[4-9]|[45]\d)s +3s +3s$`),
+		regexp.MustCompile(`(?m)^TOTAL +2 +1 +0 +1 +1 +1 +1 +1 +12m`),
 		regexp.MustCompile(`(?m)^oldest transaction holding back VACUUM: 0s$`),
 	} {
 		if !want.MatchString(r.stdout) {
@@ -146,7 +146,7 @@ func TestCommandStatus(t *testing.T) {
 		}
 	}
 	r = b.run(t, nil, "status", "--by-type", "--effect-type", "github.check_run.create")
-	if r.code != 0 || !regexp.MustCompile(`(?m)^gh +github.check_run.create +0 +0 +0 +0 +1 +0 `).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`(?m)^gh +github.check_run.create +0 +0 +0 +0 +0 +1 +0 `).MatchString(r.stdout) {
 		t.Fatalf("--by-type: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
@@ -423,7 +423,7 @@ func TestServeMetrics(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("serve did not stop cleanly: %v\n%s", err, stderr.String())
 	}
-	for _, name := range []string{"pgoutbox_effects", "pgoutbox_effects_retrying", "pgoutbox_oldest_available_age_seconds",
+	for _, name := range []string{"pgoutbox_effects", "pgoutbox_effects_retrying", "pgoutbox_effects_parked", "pgoutbox_oldest_available_age_seconds",
 		"pgoutbox_stalled_leases", "pgoutbox_oldest_xmin_age_seconds", "go_goroutines"} {
 		if families[name] == nil {
 			t.Errorf("/metrics lacks %s", name)

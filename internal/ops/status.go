@@ -60,7 +60,11 @@ type Counts struct {
 	Available int64 `json:"available"`
 	// Retrying counts available effects with attempts > 0.
 	Retrying int64 `json:"retrying"`
-	Leased   int64 `json:"leased"`
+	// Parked counts available effects parked behind their ordering key's
+	// blocked head (docs/design.md, "Per-key ordering"); they are in
+	// Available too.
+	Parked int64 `json:"parked"`
+	Leased int64 `json:"leased"`
 	// StalledLeases counts leases taken more than StalledAfter ago.
 	StalledLeases          int64 `json:"stalled_leases"`
 	DeadLetter             int64 `json:"dead_letter"`
@@ -81,6 +85,7 @@ func (c *Counts) add(r store.StatsRow) {
 	case "available":
 		c.Available += r.Count
 		c.Retrying += r.Retrying
+		c.Parked += r.Parked
 		c.OldestAvailableAgeSeconds = max(c.OldestAvailableAgeSeconds, r.OldestAvailableAge)
 	case "leased":
 		c.Leased += r.Count
@@ -118,6 +123,7 @@ func (s *Snapshot) Total() Counts {
 	for _, q := range s.Queues {
 		t.Available += q.Available
 		t.Retrying += q.Retrying
+		t.Parked += q.Parked
 		t.Leased += q.Leased
 		t.StalledLeases += q.StalledLeases
 		t.DeadLetter += q.DeadLetter

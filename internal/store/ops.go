@@ -39,6 +39,9 @@ type StatsRow struct {
 	Count int64
 	// Retrying counts available effects with attempts > 0.
 	Retrying int64
+	// Parked counts available effects the sweeper parked behind their
+	// ordering key's blocked head (parked_due_at set, migration 00014).
+	Parked int64
 	// OldestAvailableAge is now() minus the oldest available_at among
 	// available effects that are due (available_at <= now()), in seconds.
 	OldestAvailableAge float64
@@ -57,6 +60,7 @@ const statsSQL = `
 SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
     count(*),
     count(*) FILTER (WHERE state = 'available' AND attempts > 0),
+    count(*) FILTER (WHERE state = 'available' AND parked_due_at IS NOT NULL),
     coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE state = 'available' AND available_at <= now())), 0)::float8,
     count(*) FILTER (WHERE state = 'leased' AND leased_at <= now() - make_interval(secs => $3)),
     percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)::float8)
@@ -82,7 +86,7 @@ func Stats(ctx context.Context, db DBTX, f OpsFilter, stalledAfter, lagWindow ti
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatsRow, error) {
 		var s StatsRow
-		err := r.Scan(&s.Queue, &s.Type, &s.QueueTotal, &s.State, &s.Count, &s.Retrying,
+		err := r.Scan(&s.Queue, &s.Type, &s.QueueTotal, &s.State, &s.Count, &s.Retrying, &s.Parked,
 			&s.OldestAvailableAge, &s.StalledLeases, &s.LagP50, &s.LagP99)
 		return s, err
 	})

@@ -22,6 +22,23 @@ func parkState(ctx context.Context, t *testing.T, pool *pgxpool.Pool, id int64) 
 	return parked, inRange
 }
 
+// parkedStat is what the aggregate statistics (status, /metrics) count as
+// parked in queue, over its per-type rows.
+func parkedStat(ctx context.Context, t *testing.T, pool *pgxpool.Pool, queue string) int64 {
+	t.Helper()
+	rows, err := Stats(ctx, pool, OpsFilter{Queue: queue}, time.Hour, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, r := range rows {
+		if !r.QueueTotal {
+			n += r.Parked
+		}
+	}
+	return n
+}
+
 func insertOrdered(ctx context.Context, t *testing.T, pool *pgxpool.Pool, queue, key string, n int) []int64 {
 	t.Helper()
 	var ids []int64
@@ -54,6 +71,9 @@ func TestParkAndUnparkOnCompletion(t *testing.T) {
 	if p, _ := parkState(ctx, t, pool, ids[0]); p {
 		t.Fatal("the head was parked")
 	}
+	if n := parkedStat(ctx, t, pool, "q"); n != 2 {
+		t.Fatalf("statistics count %d parked, want 2", n)
+	}
 	for _, id := range ids[1:] {
 		if p, r := parkState(ctx, t, pool, id); !p || r {
 			t.Fatalf("follower %d: parked %v, in the claim range %v", id, p, r)
@@ -80,6 +100,9 @@ func TestParkAndUnparkOnCompletion(t *testing.T) {
 	}
 	if p, _ := parkState(ctx, t, pool, ids[2]); !p {
 		t.Fatal("the third effect was un-parked while the second still blocks it")
+	}
+	if n := parkedStat(ctx, t, pool, "q"); n != 1 {
+		t.Fatalf("after the head completed, statistics count %d parked, want 1", n)
 	}
 	c, err = Claim(ctx, pool, "q", "w", 10, time.Minute)
 	if err != nil || len(c) != 1 || c[0].ID != ids[1] {
