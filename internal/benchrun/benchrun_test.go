@@ -84,3 +84,56 @@ func TestPercentile(t *testing.T) {
 		t.Fatalf("p50 %v p99 %v, want 5 and 10", p50, p99)
 	}
 }
+
+// TestLatencyMeasuresOnlyAfterTheWarmUp: the warm-up effects (one per
+// producer connection, then a paced run) are completed and counted apart;
+// the measured effects are exactly the ones produced afterwards, all with
+// larger ids, each with a commit time and a delivery start.
+func TestLatencyMeasuresOnlyAfterTheWarmUp(t *testing.T) {
+	pool, _ := pgtest.NewPool(t)
+	ctx := context.Background()
+	starts := benchrun.NewStamps()
+	r, err := benchrun.NewPgoutbox(pool, benchrun.PgoutboxConfig{
+		Queue: "bench-latency", Type: "bench.noop", Payload: map[string]string{"pad": "x"},
+		Concurrency: 10, Clients: 1,
+		OnStart: func(id int64) { starts.Set(id, time.Now(), true) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Stop(context.Background()) }()
+	const producers = 3
+	l, err := benchrun.Latency(ctx, pool, r, starts, benchrun.LatencyConfig{
+		Rate: 200, Duration: 250 * time.Millisecond, WarmUp: 100 * time.Millisecond,
+		Producers: producers, Wait: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Completed || l.Produced == 0 || l.Warm <= producers || l.WarmMaxID <= 0 {
+		t.Fatalf("latency result: completed %v, produced %d, warm %d, warm max id %d; want all completed, some produced, more than %d warm",
+			l.Completed, l.Produced, l.Warm, l.WarmMaxID, producers)
+	}
+	if got := r.Completed().Load(); got != l.Warm+l.Produced {
+		t.Fatalf("completed %d, want warm %d + produced %d", got, l.Warm, l.Produced)
+	}
+	var measured, warm int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id > $1), count(*) FILTER (WHERE id <= $1)
+		FROM pgoutbox.effects WHERE queue = 'bench-latency' AND state = 'completed'`, l.WarmMaxID).Scan(&measured, &warm); err != nil {
+		t.Fatal(err)
+	}
+	if measured != l.Produced || warm != l.Warm {
+		t.Fatalf("database: %d effects above the warm-up's ids and %d at or below, want %d and %d", measured, warm, l.Produced, l.Warm)
+	}
+	if int64(len(l.StartMs)) != l.Produced {
+		t.Fatalf("%d commit -> start latencies, want one per measured effect (%d)", len(l.StartMs), l.Produced)
+	}
+	for id := l.WarmMaxID - l.Warm + 1; id <= l.WarmMaxID; id++ {
+		if _, ok := l.Commits.Get(id); ok {
+			t.Fatalf("warm-up effect %d is among the measured commits", id)
+		}
+	}
+}
