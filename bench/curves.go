@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,7 +64,7 @@ type curvesFile struct {
 func runCurves(ctx context.Context, o *options, admin *pgxpool.Pool, systems []system, stdout, stderr io.Writer) error {
 	f := &curvesFile{
 		Started: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		LoadBefore: loadAvg(), Flags: strings.Join(os.Args[1:], " "),
+		LoadBefore: loadAvg(), Flags: recordedFlags(),
 	}
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&f.PostgreSQL)
 	_ = admin.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name) FROM pg_settings

@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -431,7 +432,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "PostgreSQL %s, %d CPUs, %s, load average before %s, after %s; %d round(s), %s\n",
 		version, runtime.NumCPU(), runtime.Version(), load0, loadAvg(), o.rounds, time.Since(began).Round(time.Second))
 	fmt.Fprintf(stdout, "server settings: %s\n", settings)
-	fmt.Fprintf(stdout, "flags: %s\n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(stdout, "flags: %s\n", recordedFlags())
 	fmt.Fprintf(stdout, "pgoutbox: Concurrency %d, ClaimBatch %d, Clients %d, CompletionBatch %s, PollInterval %s; pools: workers %d, producers %d conns\n",
 		o.workers, min(o.pg.claimBatch, o.workers), max(1, o.pg.clients), orDefault(o.pg.completionBatch), orDefault(o.pg.poll), o.poolConns, o.producerConns)
 	printTable(stdout, scens, systems, results)
@@ -655,4 +656,23 @@ func createDB(ctx context.Context, o *options) error {
 	}
 	fmt.Println(dsn)
 	return nil
+}
+
+// recordedFlags is this run's flags as the printed output and the JSON
+// record them: absolute paths inside the repository (make passes -local
+// as one) are made relative to the bench directory, so committed results
+// name no path of the machine that produced them.
+func recordedFlags() string {
+	root := ""
+	if wd, err := os.Getwd(); err == nil {
+		root = filepath.Dir(wd) + string(filepath.Separator)
+	}
+	args := make([]string, len(os.Args)-1)
+	for i, a := range os.Args[1:] {
+		if root != string(filepath.Separator) && strings.HasPrefix(a, root) {
+			a = filepath.Join("..", strings.TrimPrefix(a, root))
+		}
+		args[i] = a
+	}
+	return strings.Join(args, " ")
 }
