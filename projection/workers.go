@@ -220,7 +220,7 @@ func (a *App) Report(ctx context.Context) (WorkersReport, error) {
 	for _, k := range blocked {
 		rep.Blocked = append(rep.Blocked, BlockedItem{Queue: k.Queue, OrderingKey: k.OrderingKey, Waiting: k.Waiting,
 			Since: k.OldestWaiting, HeadID: k.HeadID, HeadType: k.HeadType, HeadState: k.HeadState,
-			Stuck: k.HeadState == "dead_letter" || k.HeadState == "reconciliation_required"})
+			Stuck: k.Stuck()})
 	}
 
 	p := &rep.Projection

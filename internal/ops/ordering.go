@@ -78,7 +78,7 @@ func BlockedKeys(ctx context.Context, pool *pgxpool.Pool, o BlockedOptions) (*Bl
 		if r.HeadLastError != nil {
 			k.HeadLastError = *r.HeadLastError
 		}
-		k.Reason, k.Stuck = blockReason(r, now)
+		k.Reason, k.Stuck = blockReason(r, now), r.Stuck()
 		if k.Stuck {
 			res.Stuck++
 		}
@@ -88,23 +88,23 @@ func BlockedKeys(ctx context.Context, pool *pgxpool.Pool, o BlockedOptions) (*Bl
 }
 
 // blockReason says in words why the head holds its key back.
-func blockReason(r store.BlockedKey, now time.Time) (string, bool) {
+func blockReason(r store.BlockedKey, now time.Time) string {
 	switch r.HeadState {
 	case "leased":
-		return "in delivery", false
+		return "in delivery"
 	case "available":
 		switch {
 		case r.HeadAvailableAt.After(now) && r.HeadAttempts > 0:
-			return "retrying", false
+			return "retrying"
 		case r.HeadAvailableAt.After(now):
-			return "scheduled", false
+			return "scheduled"
 		default:
-			return "next to deliver", false
+			return "next to deliver"
 		}
 	case "dead_letter":
-		return "dead letter (strict): replay it", true
+		return "dead letter (strict): replay it"
 	case "reconciliation_required":
-		return "reconciliation required: resolve it", true
+		return "reconciliation required: resolve it"
 	}
-	return r.HeadState, false
+	return r.HeadState
 }

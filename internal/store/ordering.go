@@ -50,6 +50,13 @@ type BlockedKey struct {
 	OldestWaiting time.Time
 }
 
+// Stuck reports whether only an operator can unblock the key: its head is a
+// (strict) dead letter or a reconciliation record, the heads BlockedKeys'
+// stuckOnly keeps.
+func (b BlockedKey) Stuck() bool {
+	return b.HeadState == "dead_letter" || b.HeadState == "reconciliation_required"
+}
+
 // blockedKeysSQL lists the ordering keys with waiting effects and the
 // effect that heads each: for every (queue, key) among the ordered effects
 // that are not completed (effects_ordering_idx), the earliest that blocks
@@ -129,13 +136,11 @@ WITH ranked AS (
       AND NOT ` + headOfLineSQL + `
     FOR UPDATE OF e SKIP LOCKED
 ), blocked AS (
-    SELECT c.id FROM cand c
+    SELECT e.id FROM cand e
     WHERE EXISTS (
         SELECT 1 FROM (
             SELECT p.id FROM pgoutbox.effects p
-            WHERE p.queue = c.queue AND p.ordering_key = c.ordering_key AND p.id < c.id
-              AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
-              AND ` + blocksSQL + `
+            WHERE ` + blockingEarlierSQL + `
             ORDER BY p.id
             LIMIT 1
             FOR SHARE SKIP LOCKED) b)

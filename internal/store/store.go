@@ -289,15 +289,20 @@ const blocksSQL = `(p.state <> 'dead_letter' OR NOT EXISTS (
         SELECT 1 FROM pgoutbox.ordering_types t
         WHERE t.effect_type = p.effect_type AND t.dead_letter_moves_on))`
 
-// headOfLineSQL is true when no earlier effect (lower id) of e's queue and
-// ordering key blocks it: one probe of effects_ordering_idx, which holds
-// only the ordered effects that are not completed. Ids of one key are in
-// commit order (orderingLockSQL), so "earlier" is "committed earlier".
+// blockingEarlierSQL is true when p is an earlier effect (lower id) of e's
+// queue and ordering key that blocks it (blocksSQL); its range is that of
+// effects_ordering_idx, which holds only the ordered effects that are not
+// completed. Ids of one key are in commit order (orderingLockSQL), so
+// "earlier" is "committed earlier".
+const blockingEarlierSQL = `p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id
+          AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+          AND ` + blocksSQL
+
+// headOfLineSQL is true when no earlier effect of e's queue and ordering
+// key blocks it: one probe of effects_ordering_idx.
 const headOfLineSQL = `NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
-        WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id
-          AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
-          AND ` + blocksSQL + `)`
+        WHERE ` + blockingEarlierSQL + `)`
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
