@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,6 +20,10 @@ type App struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	targets []Target
+	// orderingRegistered is set once RunBatch has recorded the effect
+	// type's ordering choice (pgoutbox.RegisterOrdering), as a Client does
+	// once at Start.
+	orderingRegistered atomic.Bool
 }
 
 // New builds the application. Targets are those whose configuration is set

@@ -156,9 +156,13 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 		limit = BatchDefault
 	}
 	// record.upsert's dead letters let a record's later versions through
-	// (EffectTypes): record it for the claim, as a Client does at start.
-	if err := pgoutbox.RegisterOrdering(ctx, a.pool, a.EffectTypes()); err != nil {
-		return Summary{}, err
+	// (EffectTypes): record it for the claim once, as a Client does at
+	// start (a failed attempt is retried by the next batch).
+	if !a.orderingRegistered.Load() {
+		if err := pgoutbox.RegisterOrdering(ctx, a.pool, a.EffectTypes()); err != nil {
+			return Summary{}, err
+		}
+		a.orderingRegistered.Store(true)
 	}
 	leases, err := pgoutbox.ClaimLeases(ctx, a.pool, Queue, owner(), limit, a.cfg.Lease)
 	if err != nil {
