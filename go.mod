@@ -1,6 +1,8 @@
 module github.com/pgoutbox/pgoutbox
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/chromedp/chromedp v0.23.0
