@@ -91,8 +91,26 @@ outcome of a non-idempotent effect is unknown.`,
 		"debug, info, warn or error (env PGOUTBOX_LOG_LEVEL)")
 	pf.StringVar(&g.logFormat, "log-format", envOr("PGOUTBOX_LOG_FORMAT", "text"),
 		"text or json (env PGOUTBOX_LOG_FORMAT)")
+	// A misspelt level or format is refused before any command runs, rather
+	// than quietly logging at info as text.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.checkLogFlags() }
 	root.AddCommand(commands(g)...)
 	return root
+}
+
+// checkLogFlags refuses a --log-level or --log-format (or their variables)
+// that logger would not honour.
+func (g *globals) checkLogFlags() error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return &ExitError{Code: ExitCouldNotRun,
+			Err: fmt.Errorf("--log-level (PGOUTBOX_LOG_LEVEL) %q: want debug, info, warn or error", g.logLevel)}
+	}
+	if g.logFormat != "text" && g.logFormat != "json" {
+		return &ExitError{Code: ExitCouldNotRun,
+			Err: fmt.Errorf("--log-format (PGOUTBOX_LOG_FORMAT) %q: want text or json", g.logFormat)}
+	}
+	return nil
 }
 
 // Execute runs the command tree and returns the process exit code.
