@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -108,6 +109,9 @@ pgoutbox reconcile); asking for one by --id reports it and exits 1.`,
 					return &ExitError{Code: ExitCouldNotRun,
 						Err: fmt.Errorf("%d requested effect(s) not replayed", len(res.Skipped))}
 				}
+				if len(res.Replayed) == 0 && len(o.IDs) == 0 && o.Filter != (ops.Filter{}) {
+					return unknownFilter(ctx, pool, o.Filter)
+				}
 				return nil
 			})
 		},
@@ -122,12 +126,38 @@ pgoutbox reconcile); asking for one by --id reports it and exits 1.`,
 	return cmd
 }
 
+// unknownFilter refuses (exit 1) a --queue or --effect-type that matches no
+// effect at all, in any state: most often a misspelt name, which must not
+// read as "replayed 0" and exit 0. A filter that matches effects but no dead
+// letters is not an error.
+func unknownFilter(ctx context.Context, pool *pgxpool.Pool, f ops.Filter) error {
+	snap, err := ops.Status(ctx, pool, ops.StatusOptions{Filter: f})
+	if err != nil || len(snap.Queues) > 0 {
+		return err
+	}
+	what := []string{}
+	if f.Queue != "" {
+		what = append(what, fmt.Sprintf("queue %q", f.Queue))
+	}
+	if f.Type != "" {
+		what = append(what, fmt.Sprintf("effect type %q", f.Type))
+	}
+	return &ExitError{Code: ExitCouldNotRun,
+		Err: fmt.Errorf("no effects of %s in any state (pgoutbox status lists the queues)", strings.Join(what, " and "))}
+}
+
 func printReplay(g *globals, res *ops.ReplayResult) error {
 	if len(res.Replayed) > 0 {
 		tw := newTable(g.stdout)
+		// A dry run rolls its moves back: what the rows are now is a dead
+		// letter, and what they would become is the moved state.
+		state := func(m ops.Moved) string { return m.State }
+		if res.DryRun {
+			state = func(m ops.Moved) string { return "dead_letter → " + m.State }
+		}
 		row(tw, "ID", "QUEUE", "EFFECT TYPE", "STATE")
 		for _, m := range res.Replayed {
-			row(tw, m.ID, cell(m.Queue, 40), cell(m.Type, 40), m.State)
+			row(tw, m.ID, cell(m.Queue, 40), cell(m.Type, 40), state(m))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
