@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 )
@@ -134,6 +135,9 @@ resolution then records "verified": false.`,
 			}
 			// The record is checked before GitHub is needed: a missing App
 			// setting is reported (ErrNoGitHub) only for a real record.
+			if err := g.checkPending(cmd.Context(), id, cmd.Name()); err != nil {
+				return err
+			}
 			var gh controlplane.GitHub
 			if !force {
 				client, missing, err := githubClient()
@@ -197,6 +201,9 @@ func (g *globals) onRecord(needGitHub bool, fn func(ctx context.Context, app *co
 		if err != nil {
 			return err
 		}
+		if err := g.checkPending(cmd.Context(), id, cmd.Name()); err != nil {
+			return err
+		}
 		app, closeApp, err := g.operatorApp(cmd.Context(), needGitHub)
 		if err != nil {
 			return err
@@ -204,6 +211,48 @@ func (g *globals) onRecord(needGitHub bool, fn func(ctx context.Context, app *co
 		defer closeApp()
 		return fn(cmd.Context(), app, id)
 	}
+}
+
+// checkPending says, before the GitHub App settings are needed, why id is not
+// a dispatch awaiting reconciliation: no such effect (exit 1), a completed
+// dispatch, resolved, superseded or delivered (inspect: exit 0 with a note;
+// resolve and supersede: exit 1, nothing changed), or an effect in another
+// state or of another type (exit 3, nothing changed). nil: it is one.
+func (g *globals) checkPending(ctx context.Context, id int64, verb string) error {
+	pool, _, err := g.open(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r, ok, err := pgoutbox.GetEffect(ctx, pool, id)
+	switch {
+	case err != nil:
+		return &ExitError{Code: ExitCouldNotRun, Err: err}
+	case !ok:
+		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("no effect %d (never enqueued, or pruned after its retention)", id)}
+	case r.Type != controlplane.TypeWorkflowDispatch:
+		return &ExitError{Code: ExitCheckFailed, Err: fmt.Errorf("effect %d is a %s, not a %s: nothing to reconcile, nothing changed",
+			id, r.Type, controlplane.TypeWorkflowDispatch)}
+	case r.State == pgoutbox.StateReconciliationRequired:
+		return nil
+	case r.State == pgoutbox.StateCompleted && verb == "inspect":
+		fmt.Fprintf(g.stdout, "dispatch %d is completed (resolved, superseded or delivered): nothing to reconcile; "+
+			"pgoutbox reconcile list shows what is left\n", id)
+		return &ExitError{Code: ExitOK}
+	case r.State == pgoutbox.StateCompleted:
+		return &ExitError{Code: ExitCouldNotRun, Err: fmt.Errorf("dispatch %d is completed (resolved, superseded or delivered): nothing changed", id)}
+	default:
+		return &ExitError{Code: ExitCheckFailed, Err: fmt.Errorf("effect %d is %s, not reconciliation_required: nothing changed%s",
+			id, r.State, stateHint(r.State))}
+	}
+}
+
+// stateHint names the command for an effect that is not a reconciliation record.
+func stateHint(s pgoutbox.State) string {
+	if s == pgoutbox.StateDeadLetter {
+		return " (a dead letter: pgoutbox dlq replay --id)"
+	}
+	return ""
 }
 
 func reconcileErr(err error) error {
