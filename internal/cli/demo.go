@@ -84,6 +84,7 @@ Ctrl-C (or exits with --exit-when-done).`,
 			d, err := demo.Start(ctx, demo.Options{
 				Pool: pool, Addr: addr, Out: out, Log: g.loggerTo(logFile), Live: !asJSON && isTerminal(g.stdout),
 				Records: records, SPARQLURL: sparqlURL, OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"),
+				Command: invokedAs(), ExitWhenDone: exitWhenDone, KeyDir: logDir,
 			})
 			if err != nil {
 				return &ExitError{Code: ExitCouldNotRun, Err: err}
@@ -107,10 +108,6 @@ Ctrl-C (or exits with --exit-when-done).`,
 				return &ExitError{Code: ExitCheckFailed, Err: storyErr}
 			}
 			if !exitWhenDone {
-				if env, err := d.GitHubEnv(logDir); err == nil {
-					fmt.Fprintf(out, "\nThe GitHub emulator runs as long as the demo does; to inspect the reconciliation record:\n  export %s\n",
-						strings.Join(env, " "))
-				}
 				if os.Getenv("PGOUTBOX_OPERATOR_TOKEN") != "" {
 					fmt.Fprintf(out, "\nHandle the incidents in the operator console: %s/console/ (sign in with PGOUTBOX_OPERATOR_TOKEN)\n", d.URL())
 				} else {
@@ -167,4 +164,14 @@ func newEmbeddedCmd(g *globals) *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// invokedAs is how the demo's hints run this binary again from the current
+// directory: as typed when it was started by a path (./bin/pgoutbox, which
+// make demo uses and which is not on PATH), else by its name.
+func invokedAs() string {
+	if a := os.Args[0]; filepath.Base(a) == "pgoutbox" && strings.ContainsRune(a, filepath.Separator) {
+		return a
+	}
+	return "pgoutbox"
 }

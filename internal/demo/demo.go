@@ -66,6 +66,15 @@ type Options struct {
 	// OperatorToken signs operators in to the console (/console/), where
 	// the demo's incidents can be handled; empty: the console is read-only.
 	OperatorToken string
+	// Command is how the summary's hints invoke the binary, as the user
+	// started it (e.g. ./bin/pgoutbox); default "pgoutbox".
+	Command string
+	// ExitWhenDone says the demo stops after its summary: the hints then
+	// leave out what needs it running (/workers, the GitHub emulator).
+	ExitWhenDone bool
+	// KeyDir is where the summary writes the GitHub emulator's throwaway
+	// App key for its export hint (GitHubEnv); empty: os.TempDir().
+	KeyDir string
 }
 
 // Demo is a running demo system.

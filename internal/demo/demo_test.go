@@ -24,7 +24,7 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	d, err := demo.Start(ctx, demo.Options{Pool: pool, Out: &out, Records: 500})
+	d, err := demo.Start(ctx, demo.Options{Pool: pool, Out: &out, Records: 500, KeyDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +75,11 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 	var table bytes.Buffer
 	if err := s.Print(&table, false); err != nil || !strings.Contains(table.String(), "reconcile inspect") {
 		t.Fatalf("summary table: %v\n%s", err, table.String())
+	}
+	// The hint that needs the GitHub emulator comes after the export line
+	// that points the CLI at it (issue 30).
+	if exp, insp := strings.Index(table.String(), "export GITHUB_API_URL="), strings.Index(table.String(), "pgoutbox reconcile inspect"); exp < 0 || exp > insp {
+		t.Fatalf("summary: the export line (at %d) must come before reconcile inspect (at %d):\n%s", exp, insp, table.String())
 	}
 }
 

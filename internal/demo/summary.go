@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -69,17 +70,34 @@ func (d *Demo) summarize(ctx context.Context, started time.Time, reconcileID int
 	if s.LagP50Ms, s.LagP99Ms, err = store.CompletionLagSince(ctx, d.o.Pool, d.since); err != nil {
 		return s, err
 	}
-	s.Next = []string{
-		"open " + d.base + "/workers (while the demo keeps serving)",
-		"pgoutbox status",
-		"pgoutbox reconcile list",
-		fmt.Sprintf("pgoutbox reconcile inspect %d", reconcileID),
-		fmt.Sprintf("pgoutbox reconcile resolve %d --workflow-run-id <the run inspect points at>", reconcileID),
-		"pgoutbox dlq list",
-		"pgoutbox dlq replay --queue outbox_events",
-		"pgoutbox alert check",
-	}
+	s.Next = d.hints(reconcileID)
 	return s, nil
+}
+
+// hints are the summary's "Next, try" commands, invoked as the user started
+// the binary. While the demo keeps serving they include /workers and, after
+// the export line that points the CLI at the GitHub emulator, inspecting and
+// resolving the reconciliation record; after --exit-when-done the emulator
+// is gone, so those are left out.
+func (d *Demo) hints(reconcileID int64) []string {
+	bin := d.o.Command
+	if bin == "" {
+		bin = "pgoutbox"
+	}
+	next := []string{bin + " status", bin + " reconcile list"}
+	if !d.o.ExitWhenDone {
+		dir := d.o.KeyDir
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		next = append([]string{"open " + d.base + "/workers (while the demo keeps serving)"}, next...)
+		if env, err := d.GitHubEnv(dir); err == nil {
+			next = append(next, "export "+strings.Join(env, " ")+"   # the GitHub emulator, for reconcile inspect and resolve",
+				fmt.Sprintf("%s reconcile inspect %d", bin, reconcileID),
+				fmt.Sprintf("%s reconcile resolve %d --workflow-run-id <the run inspect points at>", bin, reconcileID))
+		}
+	}
+	return append(next, bin+" dlq list", bin+" dlq replay --queue outbox_events", bin+" alert check")
 }
 
 // Print writes the summary as a table, or as JSON.

@@ -109,7 +109,8 @@ func EnsureLocal(ctx context.Context, dir string, log *slog.Logger) (dsn string,
 		}
 		marker := markerHeading + "\n\nThis directory holds a PostgreSQL cluster created by pgoutbox for development.\n" +
 			"pgdata/ is the data directory, postgres.log the server log, port its TCP port on 127.0.0.1.\n" +
-			"Stop it with `pg_ctl stop -D pgdata`; deleting the directory (after stopping) discards it.\n"
+			"Stop it with `pgoutbox embedded stop` from the directory that holds this one (elsewhere:\n" +
+			"`pgoutbox --data-dir <this directory> embedded stop`); `pgoutbox embedded reset` discards it.\n"
 		if err := os.WriteFile(filepath.Join(abs, localMarker), []byte(marker), 0o644); err != nil {
 			return "", err
 		}
