@@ -36,7 +36,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-//go:embed *.sql
+//go:embed [0-9]*.sql
 var files embed.FS
 
 // Line is one owner's sequence of numbered goose SQL migrations, recorded in

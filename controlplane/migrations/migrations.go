@@ -10,7 +10,7 @@ import (
 	engine "github.com/pgoutbox/pgoutbox/migrations"
 )
 
-//go:embed *.sql
+//go:embed [0-9]*.sql
 var files embed.FS
 
 // Line is the control plane's migration line; apply it with

@@ -1,0 +1,815 @@
+-- The current schema pgoutbox, as the migrations leave it (pg_dump --schema-only --no-owner).
+-- Generated: go test ./migrations -run TestSchemaFilesAreCurrent -update-schema. Do not edit;
+-- change the schema with a new migration.
+CREATE SCHEMA pgoutbox;
+
+CREATE TYPE pgoutbox.effect_state AS ENUM (
+    'available',
+    'leased',
+    'completed',
+    'dead_letter',
+    'reconciliation_required'
+);
+
+CREATE FUNCTION pgoutbox.credential_key_path(payload json) RETURNS text
+    LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $_$
+DECLARE
+    v_path text;
+BEGIN
+    IF NOT pgoutbox.may_hold_credential_key(payload::text) THEN
+        RETURN NULL;
+    END IF;
+    WITH RECURSIVE walk(pos, path, cred, value) AS (
+        SELECT ARRAY[]::integer[], '$'::text, false, payload
+        UNION ALL
+        SELECT w.pos || e.ord::integer,
+               CASE WHEN e.name IS NULL THEN w.path || '[' || (e.ord - 1) || ']' ELSE w.path || '.' || e.name END,
+               e.cred, e.value
+        FROM walk w
+        CROSS JOIN LATERAL (
+            SELECT o.key AS name, o.value, o.ord,
+                   pgoutbox.has_credential_stem(o.key) AND pgoutbox.is_credential_key(o.key) AS cred
+            FROM json_each(CASE WHEN json_typeof(w.value) = 'object' THEN w.value ELSE '{}' END)
+                WITH ORDINALITY AS o(key, value, ord)
+            UNION ALL
+            SELECT NULL, a.value, a.ord, false
+            FROM json_array_elements(CASE WHEN json_typeof(w.value) = 'array' THEN w.value ELSE '[]' END)
+                WITH ORDINALITY AS a(value, ord)
+        ) e
+        WHERE NOT w.cred AND (e.cred OR (json_typeof(e.value) IN ('object', 'array')
+                                         AND pgoutbox.may_hold_credential_key(e.value::text)))
+    )
+    SELECT walk.path INTO v_path FROM walk WHERE walk.cred ORDER BY walk.pos LIMIT 1;
+    RETURN v_path;
+END;
+$_$;
+
+CREATE FUNCTION pgoutbox.effect_attempts_delete() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM pgoutbox.effect_attempts
+    WHERE effect_id = ANY(ARRAY(SELECT o.id FROM old_effects o));
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.effect_attempts_record() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF OLD.state = 'dead_letter' AND NEW.state = 'available' THEN
+        -- A replay: the attempts the dead letter had, no error, no worker.
+        INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome)
+        VALUES (NEW.id, OLD.attempts, 'replayed');
+    ELSE
+        INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome, error, worker)
+        VALUES (NEW.id, NEW.attempts,
+            CASE WHEN NEW.state = 'available' THEN 'retrying' ELSE NEW.state::text END,
+            left(NEW.last_error, 2000), left(OLD.lease_owner, 256));
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.effect_attempts_truncate() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    TRUNCATE pgoutbox.effect_attempts;
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.effect_keys_immutable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.queue IS DISTINCT FROM OLD.queue OR NEW.idempotency_key IS DISTINCT FROM OLD.idempotency_key THEN
+        RAISE EXCEPTION 'pgoutbox: the queue and idempotency key of effect % cannot be changed', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'effects_key_immutable';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.effect_keys_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The library's enqueue statement writes its key rows itself, before
+    -- the effects, and says so in a transaction-local setting that lives
+    -- until this trigger, which fires at the end of that very statement.
+    IF current_setting('pgoutbox.keys_written', true) = 'on' THEN
+        PERFORM set_config('pgoutbox.keys_written', 'off', true);
+        RETURN NULL;
+    END IF;
+    -- Any other INSERT: every row gets its key row here, and a key already
+    -- taken raises unique_violation (effect_keys_pkey).
+    INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
+    SELECT n.queue, n.idempotency_key, n.id FROM new_effects n;
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.effect_keys_truncate() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    TRUNCATE pgoutbox.effect_keys;
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json DEFAULT NULL::json, max_attempts integer DEFAULT NULL::integer, available_at timestamp with time zone DEFAULT NULL::timestamp with time zone, delay interval DEFAULT NULL::interval, ordering_key text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN (pgoutbox.enqueue_rows(ARRAY[queue], ARRAY[effect_type], ARRAY[idempotency_key], ARRAY[payload],
+                                  ARRAY[max_attempts], ARRAY[available_at], ARRAY[delay], ARRAY[ordering_key]))[1];
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.enqueue_batch(effects json) RETURNS TABLE(idx integer, id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    c_fields    constant text[] := ARRAY['queue', 'effect_type', 'idempotency_key', 'payload', 'max_attempts', 'available_at',
+                                         'delay', 'ordering_key'];
+    v_n         integer;
+    v_at        text;
+    v_e         json;
+    v_f         text;
+    v_num       numeric;
+    v_queues    text[] := '{}';
+    v_types     text[] := '{}';
+    v_keys      text[] := '{}';
+    v_payloads  json[] := '{}';
+    v_attempts  integer[] := '{}';
+    v_avail     timestamptz[] := '{}';
+    v_delays    interval[] := '{}';
+    v_okeys     text[] := '{}';
+    v_delay     interval;
+    v_ts        timestamptz;
+    v_ids       bigint[];
+BEGIN
+    IF effects IS NULL OR json_typeof(effects) <> 'array' THEN
+        RAISE EXCEPTION 'pgoutbox: invalid batch: effects must be a JSON array of effect objects'
+            USING ERRCODE = 'OB001';
+    END IF;
+    v_n := json_array_length(effects);
+    FOR i IN 0..v_n - 1 LOOP
+        v_e := effects -> i;
+        v_at := CASE WHEN v_n > 1 THEN format('effect %s: ', i) ELSE '' END;
+        IF json_typeof(v_e) <> 'object' THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: must be a JSON object, not %', v_at, json_typeof(v_e)
+                USING ERRCODE = 'OB001';
+        END IF;
+        SELECT k INTO v_f FROM json_object_keys(v_e) AS k WHERE k <> ALL (c_fields) LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: unknown field "%" (the fields are %)', v_at, v_f,
+                array_to_string(c_fields, ', ')
+                USING ERRCODE = 'OB001', COLUMN = v_f;
+        END IF;
+        FOREACH v_f IN ARRAY c_fields[1:3] || ARRAY['available_at', 'ordering_key'] LOOP
+            IF coalesce(json_typeof(v_e -> v_f), 'null') NOT IN ('string', 'null') THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: % must be a JSON string, not %', v_at, v_f, json_typeof(v_e -> v_f)
+                    USING ERRCODE = 'OB001', COLUMN = v_f;
+            END IF;
+        END LOOP;
+        v_queues := array_append(v_queues, v_e ->> 'queue');
+        v_types := array_append(v_types, v_e ->> 'effect_type');
+        v_keys := array_append(v_keys, v_e ->> 'idempotency_key');
+        v_payloads := array_append(v_payloads, v_e -> 'payload');
+        CASE coalesce(json_typeof(v_e -> 'max_attempts'), 'null')
+        WHEN 'null' THEN
+            v_attempts := array_append(v_attempts, NULL);
+        WHEN 'number' THEN
+            v_num := (v_e ->> 'max_attempts')::numeric;
+            IF v_num <> trunc(v_num) OR v_num < 0 OR v_num > 1000 THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: max_attempts must be between 0 (default) and 1000, not %',
+                    v_at, v_e ->> 'max_attempts'
+                    USING ERRCODE = 'OB001', COLUMN = 'max_attempts';
+            END IF;
+            v_attempts := array_append(v_attempts, v_num::integer);
+        ELSE
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: max_attempts must be a JSON number, not %', v_at,
+                json_typeof(v_e -> 'max_attempts')
+                USING ERRCODE = 'OB001', COLUMN = 'max_attempts';
+        END CASE;
+        v_ts := NULL;
+        IF v_e ->> 'available_at' IS NOT NULL THEN
+            BEGIN
+                v_ts := (v_e ->> 'available_at')::timestamptz;
+            EXCEPTION WHEN data_exception THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: available_at "%" is not a timestamp (ISO 8601, with a time zone)',
+                    v_at, v_e ->> 'available_at'
+                    USING ERRCODE = 'OB001', COLUMN = 'available_at';
+            END;
+        END IF;
+        v_avail := array_append(v_avail, v_ts);
+        -- delay: a number of seconds, or PostgreSQL interval text ("PT5M",
+        -- "5 minutes").
+        CASE coalesce(json_typeof(v_e -> 'delay'), 'null')
+        WHEN 'null' THEN
+            v_delay := NULL;
+        WHEN 'number' THEN
+            v_delay := make_interval(secs => (v_e ->> 'delay')::float8);
+        WHEN 'string' THEN
+            BEGIN
+                v_delay := (v_e ->> 'delay')::interval;
+            EXCEPTION WHEN data_exception THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: delay "%" is not an interval', v_at, v_e ->> 'delay'
+                    USING ERRCODE = 'OB001', COLUMN = 'delay';
+            END;
+        ELSE
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: delay must be a number of seconds or an interval string, not %',
+                v_at, json_typeof(v_e -> 'delay')
+                USING ERRCODE = 'OB001', COLUMN = 'delay';
+        END CASE;
+        v_delays := array_append(v_delays, v_delay);
+        v_okeys := array_append(v_okeys, v_e ->> 'ordering_key');
+    END LOOP;
+    v_ids := pgoutbox.enqueue_rows(v_queues, v_types, v_keys, v_payloads, v_attempts, v_avail, v_delays, v_okeys);
+    RETURN QUERY SELECT (u.o - 1)::integer, u.x FROM unnest(v_ids) WITH ORDINALITY AS u(x, o) ORDER BY u.o;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    -- Go's unicode.IsSpace: what strings.TrimSpace removes.
+    c_blank     constant text := '^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$';
+    v_n         integer := coalesce(array_length(p_queues, 1), 0);
+    v_payloads  jsonb[] := '{}';
+    v_attempts  integer[] := '{}';
+    v_at        text;
+    v_path      text;
+    v_pj        jsonb;
+    v_size      integer;
+    v_ids       bigint[];
+BEGIN
+    IF v_n = 0 THEN
+        RETURN '{}';
+    END IF;
+    FOR i IN 1..v_n LOOP
+        v_at := CASE WHEN v_n > 1 THEN format('effect %s: ', i - 1) ELSE '' END;
+        IF p_queues[i] IS NULL OR octet_length(p_queues[i]) > 128 OR p_queues[i] ~ c_blank THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: queue must be 1-128 bytes, not only white space', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'queue';
+        END IF;
+        IF p_types[i] IS NULL OR octet_length(p_types[i]) > 128 OR p_types[i] ~ c_blank THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: effect_type must be 1-128 bytes, not only white space', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'effect_type';
+        END IF;
+        IF p_keys[i] IS NULL OR octet_length(p_keys[i]) > 512 OR p_keys[i] ~ c_blank THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: idempotency_key must be 1-512 bytes, not only white space', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'idempotency_key';
+        END IF;
+        IF p_ordering_keys[i] IS NOT NULL AND (octet_length(p_ordering_keys[i]) > 512 OR p_ordering_keys[i] ~ c_blank) THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: ordering_key must be NULL (none) or 1-512 bytes, not only white space', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'ordering_key';
+        END IF;
+        IF p_max_attempts[i] < 0 OR p_max_attempts[i] > 1000 THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: max_attempts must be between 0 (default) and 1000, not %',
+                v_at, p_max_attempts[i]
+                USING ERRCODE = 'OB001', COLUMN = 'max_attempts';
+        END IF;
+        IF p_delays[i] < interval '0' THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: delay must not be negative, not %', v_at, p_delays[i]
+                USING ERRCODE = 'OB001', COLUMN = 'delay';
+        END IF;
+        IF p_delays[i] > interval '0' AND p_available_at[i] IS NOT NULL THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: delay cannot be combined with available_at', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'delay';
+        END IF;
+        IF NOT isfinite(p_available_at[i]) THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: available_at must be a finite time, not %', v_at, p_available_at[i]
+                USING ERRCODE = 'OB001', COLUMN = 'available_at';
+        END IF;
+        IF p_payloads[i] IS NULL THEN
+            v_pj := '{}';
+        ELSE
+            v_size := octet_length(p_payloads[i]::text);
+            IF v_size > 65536 THEN
+                RAISE EXCEPTION 'pgoutbox: %payload is % bytes, over the 65536-byte limit', v_at, v_size
+                    USING ERRCODE = 'OB002', COLUMN = 'payload';
+            END IF;
+            v_path := pgoutbox.credential_key_path(p_payloads[i]);
+            IF v_path IS NOT NULL THEN
+                RAISE EXCEPTION 'pgoutbox: %payload key % looks like a credential; secrets must not be stored in effects',
+                    v_at, v_path
+                    USING ERRCODE = 'OB003', COLUMN = 'payload';
+            END IF;
+            v_pj := p_payloads[i]::jsonb;
+            -- The stored text (effects_payload_size) can be longer than the
+            -- text given: jsonb adds spaces and spells numbers out.
+            v_size := octet_length(v_pj::text);
+            IF v_size > 65536 THEN
+                RAISE EXCEPTION 'pgoutbox: %payload is % bytes as stored, over the 65536-byte limit', v_at, v_size
+                    USING ERRCODE = 'OB002', COLUMN = 'payload';
+            END IF;
+        END IF;
+        v_payloads := array_append(v_payloads, v_pj);
+        v_attempts := array_append(v_attempts, coalesce(nullif(p_max_attempts[i], 0), 8));
+    END LOOP;
+
+    -- The ordering locks (Go's store.Insert, docs/design.md "Per-key
+    -- ordering"): one transaction-level advisory lock per (queue, ordering
+    -- key) of the batch, taken in one canonical order before any id is
+    -- drawn, so the ids of one key's effects follow the commit order of
+    -- their transactions.
+    PERFORM pgoutbox.ordering_lock(p_queues, p_ordering_keys);
+
+    -- Key rows first, in canonical (queue, key) byte order; ON CONFLICT DO
+    -- NOTHING skips a key already present, waiting for a concurrent
+    -- transaction that inserted it; only the effects whose key row was
+    -- written are inserted, and the insert trigger is told so (00006). The
+    -- statement returns, in input order, each created effect's id or NULL.
+    WITH input AS (
+        SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
+        FROM unnest(p_queues, p_types, p_keys, v_payloads, v_attempts, p_available_at, p_delays, p_ordering_keys)
+            WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay,
+                                 ordering_key, ord)
+        ORDER BY t.ord
+    ), keyed AS (
+        INSERT INTO pgoutbox.effect_keys AS x (queue, idempotency_key, effect_id)
+        SELECT i.queue, i.idempotency_key, i.id FROM input i
+        ORDER BY i.queue COLLATE "C", i.idempotency_key COLLATE "C", i.id
+        ON CONFLICT (queue, idempotency_key) DO NOTHING
+        RETURNING x.effect_id
+    ), marked AS (
+        SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+    ), created AS (
+        INSERT INTO pgoutbox.effects AS e (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
+                                           ordering_key)
+        OVERRIDING SYSTEM VALUE
+        SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+            coalesce(i.available_at, now() + coalesce(i.delay, interval '0')), i.ordering_key
+        FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
+        ORDER BY i.id
+        RETURNING e.id
+    )
+    SELECT array_agg(c.id ORDER BY i.ord) INTO v_ids
+    FROM input i LEFT JOIN created c ON c.id = i.id;
+
+    -- The keys that existed, or repeated in the batch: a fresh statement
+    -- also sees a row a concurrent transaction committed while the insert
+    -- waited for it.
+    IF array_position(v_ids, NULL) IS NOT NULL THEN
+        SELECT array_agg(coalesce(v_ids[t.ord], k.effect_id) ORDER BY t.ord) INTO v_ids
+        FROM unnest(p_queues, p_keys) WITH ORDINALITY AS t(queue, idempotency_key, ord)
+        LEFT JOIN LATERAL (
+            SELECT x.effect_id FROM pgoutbox.effect_keys x
+            WHERE x.queue = t.queue AND x.idempotency_key = t.idempotency_key
+            LIMIT 1
+        ) k ON v_ids[t.ord] IS NULL;
+        IF array_position(v_ids, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'pgoutbox: an idempotency key conflicts with an effect this transaction cannot see'
+                USING ERRCODE = 'serialization_failure';
+        END IF;
+    END IF;
+    RETURN v_ids;
+END;
+$_$;
+
+CREATE FUNCTION pgoutbox.fold_key(s text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT translate(s, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ' || chr(8490) || chr(304), 'abcdefghijklmnopqrstuvwxyzki')
+$$;
+
+CREATE FUNCTION pgoutbox.has_credential_stem(s text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT s ~ '[tT][oO][kK\u212A][eE][nN]|[sS][eE][cC][rR][eE][tT]|[pP][aA][sS][sS]|[aA][uU][tT][hH]|[cC][rR][eE][dD][eE][nN][tT][iI\u0130][aA][lL]|[kK\u212A][eE][yY]|[cC][oO][oO][kK\u212A][iI\u0130][eE]|[pP][wW][dD]|[bB][eE][aA][rR][eE][rR]|[jJ][wW][tT]|[dD][sS][nN]|[sS][eE][sS][sS]|[sS][iI\u0130][dD]'
+$$;
+
+CREATE FUNCTION pgoutbox.is_credential_key(k text) RETURNS boolean
+    LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+    AS $$
+DECLARE
+    v_chars  text[];
+    v_cls    "char"[];
+    v_n      integer;
+    v_start  integer := 0; -- first character of the current word; 0: none
+    v_words  text[] := '{}';
+    v_w      text;
+    v_prev   text;
+BEGIN
+    IF NOT pgoutbox.has_credential_stem(k) THEN
+        RETURN false;
+    END IF;
+    IF octet_length(k) = char_length(k) THEN
+        -- ASCII: splitWords' two upper-case boundaries (after a lower-case
+        -- letter; before an upper-case letter followed by a lower-case one
+        -- and preceded by an upper-case one) as regular expressions, then
+        -- everything but letters and digits separates.
+        v_words := regexp_split_to_array(
+            pgoutbox.fold_key(regexp_replace(regexp_replace(k, '([a-z])([A-Z])', '\1 \2', 'g'),
+                                             '([A-Z])([A-Z][a-z])', '\1 \2', 'g')),
+            '[^a-z0-9]+');
+    ELSE
+        v_chars := string_to_array(k, NULL);
+        v_n := array_length(v_chars, 1);
+        SELECT array_agg(coalesce(r.class, 'S') ORDER BY t.ord) INTO v_cls
+        FROM unnest(v_chars) WITH ORDINALITY AS t(ch, ord)
+        LEFT JOIN LATERAL (
+            SELECT CASE WHEN ascii(t.ch) <= x.hi THEN x.class END AS class
+            FROM pgoutbox.key_rune_classes x
+            WHERE x.lo <= ascii(t.ch)
+            ORDER BY x.lo DESC
+            LIMIT 1
+        ) r ON true;
+        FOR i IN 1..v_n LOOP
+            IF v_cls[i] = 'S' THEN
+                IF v_start > 0 THEN
+                    v_words := array_append(v_words, array_to_string(v_chars[v_start:i - 1], ''));
+                    v_start := 0;
+                END IF;
+            ELSIF v_cls[i] = 'U' AND i > 1
+                AND (v_cls[i - 1] = 'L' OR (i < v_n AND v_cls[i + 1] = 'L' AND v_cls[i - 1] = 'U')) THEN
+                IF v_start > 0 THEN
+                    v_words := array_append(v_words, array_to_string(v_chars[v_start:i - 1], ''));
+                END IF;
+                v_start := i;
+            ELSIF v_start = 0 THEN
+                v_start := i;
+            END IF;
+        END LOOP;
+        IF v_start > 0 THEN
+            v_words := array_append(v_words, array_to_string(v_chars[v_start:v_n], ''));
+        END IF;
+    END IF;
+    FOREACH v_w IN ARRAY v_words LOOP
+        CONTINUE WHEN v_w = '';
+        v_w := pgoutbox.fold_key(v_w);
+        -- Go's credentialWords and credentialPairs.
+        IF v_w IN ('token', 'tokens', 'secret', 'secrets', 'password', 'passwd', 'passphrase',
+                   'authorization', 'credential', 'credentials', 'apikey', 'privatekey', 'cookie',
+                   'pwd', 'passcode', 'auth', 'bearer', 'jwt', 'dsn', 'cookies', 'privkey', 'sessionid',
+                   'sessid', 'phpsessid', 'jsessionid')
+            OR (v_w = 'key' AND v_prev IN ('private', 'api', 'access', 'secret', 'session'))
+            OR (v_w = 'id' AND v_prev = 'session')
+            OR (v_w = 'sid' AND v_prev = 'connect') THEN
+            RETURN true;
+        END IF;
+        v_prev := v_w;
+    END LOOP;
+    RETURN false;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.key(VARIADIC parts text[]) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS $$
+BEGIN
+    IF parts IS NULL OR array_position(parts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'pgoutbox: key parts must not be NULL' USING ERRCODE = 'OB001';
+    END IF;
+    RETURN encode(sha256(convert_to(array_to_string(parts, '|'), 'UTF8')), 'hex');
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.may_hold_credential_key(s text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT strpos(s, '\u') > 0 OR pgoutbox.has_credential_stem(s)
+$$;
+
+CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    q text := NEW.queue;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_notify('pgoutbox_effects', q);
+        RETURN NULL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgoutbox.notify_state s
+               WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds')
+       OR NOT pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, 0)) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO pgoutbox.notify_state AS s (queue, notified_at) VALUES (q, clock_timestamp())
+    ON CONFLICT (queue) DO UPDATE SET notified_at = excluded.notified_at;
+    PERFORM pg_notify('pgoutbox_effects', q);
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.notify_effects() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    q text;
+BEGIN
+    FOR q IN SELECT DISTINCT n.queue FROM new_effects n WHERE n.state = 'available' LOOP
+        INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
+        ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.notify_ordered() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Identical notifications of one transaction are folded into one.
+    PERFORM pg_notify('pgoutbox_effects', NEW.queue);
+    RETURN NULL;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.ordering_key_immutable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.ordering_key IS DISTINCT FROM OLD.ordering_key THEN
+        RAISE EXCEPTION 'pgoutbox: the ordering key of effect % cannot be changed', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'effects_ordering_key_immutable';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.ordering_lock(p_queues text[], p_ordering_keys text[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT count(pg_advisory_xact_lock(s.q, s.stripe))
+    FROM (
+        SELECT DISTINCT hashtext('pgoutbox.ordering:' || t.q) AS q, (hashtextextended(t.k, 0) & 255)::integer AS stripe
+        FROM unnest(p_queues, p_ordering_keys) AS t(q, k)
+        WHERE t.k IS NOT NULL
+        ORDER BY 1, 2
+    ) s;
+    SELECT NULL::void;
+$$;
+
+CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time zone, attempts integer, max_attempts integer) RETURNS pgoutbox.effect_state
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT (CASE
+        WHEN delivery_started_at IS NOT NULL THEN 'reconciliation_required'
+        WHEN attempts >= max_attempts THEN 'dead_letter'
+        ELSE 'available'
+    END)::pgoutbox.effect_state
+$$;
+
+CREATE FUNCTION pgoutbox.unpark_next() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE pgoutbox.effects e
+    SET available_at = e.parked_due_at, parked_due_at = NULL
+    WHERE e.id = (
+            SELECT p.id FROM pgoutbox.effects p
+            WHERE p.queue = NEW.queue AND p.ordering_key = NEW.ordering_key
+              AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+              AND (p.state <> 'dead_letter' OR NOT EXISTS (
+                    SELECT 1 FROM pgoutbox.ordering_types t
+                    WHERE t.effect_type = p.effect_type AND t.dead_letter_moves_on))
+            ORDER BY p.id
+            LIMIT 1)
+      AND e.parked_due_at IS NOT NULL;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TABLE pgoutbox.console_audit (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    operator text NOT NULL,
+    session text NOT NULL,
+    action text NOT NULL,
+    target text DEFAULT ''::text NOT NULL,
+    changed integer DEFAULT 0 NOT NULL,
+    outcome text DEFAULT ''::text NOT NULL,
+    CONSTRAINT console_audit_action_check CHECK (((action <> ''::text) AND (length(action) <= 64))),
+    CONSTRAINT console_audit_changed_check CHECK ((changed >= 0)),
+    CONSTRAINT console_audit_operator_check CHECK ((length(operator) <= 200)),
+    CONSTRAINT console_audit_outcome_check CHECK ((length(outcome) <= 2000)),
+    CONSTRAINT console_audit_session_check CHECK ((length(session) <= 64)),
+    CONSTRAINT console_audit_target_check CHECK ((length(target) <= 1000))
+);
+
+ALTER TABLE pgoutbox.console_audit ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgoutbox.console_audit_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE pgoutbox.effect_attempts (
+    effect_id bigint NOT NULL,
+    seq bigint NOT NULL,
+    attempt integer NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    outcome text NOT NULL,
+    error text,
+    worker text,
+    CONSTRAINT effect_attempts_attempt_check CHECK ((attempt >= 0)),
+    CONSTRAINT effect_attempts_error_check CHECK ((length(error) <= 2000)),
+    CONSTRAINT effect_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['retrying'::text, 'dead_letter'::text, 'reconciliation_required'::text, 'replayed'::text]))),
+    CONSTRAINT effect_attempts_worker_check CHECK ((length(worker) <= 256))
+);
+
+COMMENT ON TABLE pgoutbox.effect_attempts IS 'Failed attempts (and replays) of each effect, oldest first by seq; deleted with the effect (docs/console.md).';
+
+ALTER TABLE pgoutbox.effect_attempts ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgoutbox.effect_attempts_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE pgoutbox.effect_keys (
+    queue text NOT NULL,
+    idempotency_key text NOT NULL,
+    effect_id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE pgoutbox.effects (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state pgoutbox.effect_state DEFAULT 'available'::pgoutbox.effect_state NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    leased_at timestamp with time zone,
+    lease_owner text,
+    lease_token uuid,
+    lease_expires_at timestamp with time zone,
+    delivery_started_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    dead_lettered_at timestamp with time zone,
+    reconciliation_at timestamp with time zone,
+    last_error text,
+    resolution jsonb,
+    ordering_key text,
+    parked_due_at timestamp with time zone,
+    CONSTRAINT effects_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT effects_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT effects_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT effects_lease_consistent CHECK (((state = 'leased'::pgoutbox.effect_state) = ((lease_token IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
+    CONSTRAINT effects_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT effects_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT effects_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT effects_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+);
+
+ALTER TABLE pgoutbox.effects ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgoutbox.effects_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE pgoutbox.key_rune_classes (
+    lo integer NOT NULL,
+    hi integer NOT NULL,
+    class "char" NOT NULL,
+    CONSTRAINT key_rune_classes_check CHECK ((hi >= lo)),
+    CONSTRAINT key_rune_classes_class_check CHECK ((class = ANY (ARRAY['U'::"char", 'L'::"char", 'O'::"char"])))
+);
+
+CREATE UNLOGGED TABLE pgoutbox.notify_pending (
+    pid integer NOT NULL,
+    queue text NOT NULL
+)
+WITH (fillfactor='50');
+
+CREATE UNLOGGED TABLE pgoutbox.notify_state (
+    queue text NOT NULL,
+    notified_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE pgoutbox.ordering_types (
+    effect_type text NOT NULL,
+    dead_letter_moves_on boolean DEFAULT false NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ordering_types_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128)))
+);
+
+COMMENT ON TABLE pgoutbox.ordering_types IS 'Per effect type: does a dead letter let its ordering key move on (true) or block it until replayed (false, the default when absent)? Written by pgoutbox Clients at start from EffectType.OrderingMovesOn.';
+
+CREATE TABLE pgoutbox.samples (
+    sampled_at timestamp with time zone DEFAULT now() NOT NULL,
+    queue text NOT NULL,
+    claim_latency_p99_ms double precision,
+    oldest_available_age_s double precision,
+    completed_per_second double precision,
+    workers_healthy boolean DEFAULT true NOT NULL,
+    worker text DEFAULT ''::text NOT NULL,
+    interval_s double precision DEFAULT 10 NOT NULL,
+    claims bigint DEFAULT 0 NOT NULL,
+    completions bigint DEFAULT 0 NOT NULL,
+    failures bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT samples_claims_check CHECK ((claims >= 0)),
+    CONSTRAINT samples_completions_check CHECK ((completions >= 0)),
+    CONSTRAINT samples_failures_check CHECK ((failures >= 0)),
+    CONSTRAINT samples_interval_s_check CHECK ((interval_s > (0)::double precision)),
+    CONSTRAINT samples_worker_check CHECK ((length(worker) <= 256))
+);
+
+COMMENT ON TABLE pgoutbox.samples IS 'Aggregate worker samples (no payloads, no identifiers) read by `pgoutbox readiness broker`; pruned after 24 h by the sampler.';
+
+ALTER TABLE ONLY pgoutbox.console_audit
+    ADD CONSTRAINT console_audit_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY pgoutbox.effect_attempts
+    ADD CONSTRAINT effect_attempts_pkey PRIMARY KEY (effect_id, seq);
+
+ALTER TABLE ONLY pgoutbox.effect_keys
+    ADD CONSTRAINT effect_keys_pkey PRIMARY KEY (queue, idempotency_key);
+
+ALTER TABLE ONLY pgoutbox.effects
+    ADD CONSTRAINT effects_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY pgoutbox.key_rune_classes
+    ADD CONSTRAINT key_rune_classes_pkey PRIMARY KEY (lo);
+
+ALTER TABLE ONLY pgoutbox.notify_pending
+    ADD CONSTRAINT notify_pending_pkey PRIMARY KEY (pid);
+
+ALTER TABLE ONLY pgoutbox.notify_state
+    ADD CONSTRAINT notify_state_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY pgoutbox.ordering_types
+    ADD CONSTRAINT ordering_types_pkey PRIMARY KEY (effect_type);
+
+ALTER TABLE ONLY pgoutbox.samples
+    ADD CONSTRAINT samples_pkey PRIMARY KEY (sampled_at, queue, worker);
+
+CREATE INDEX effect_keys_created_idx ON pgoutbox.effect_keys USING btree (created_at);
+
+CREATE INDEX effects_attention_idx ON pgoutbox.effects USING btree (queue, state, id) WHERE (state = ANY (ARRAY['dead_letter'::pgoutbox.effect_state, 'reconciliation_required'::pgoutbox.effect_state]));
+
+CREATE INDEX effects_claim_idx ON pgoutbox.effects USING btree (queue, available_at, id) WHERE (state = 'available'::pgoutbox.effect_state);
+
+CREATE INDEX effects_completed_idx ON pgoutbox.effects USING btree (completed_at) WHERE (state = 'completed'::pgoutbox.effect_state);
+
+CREATE INDEX effects_lease_expiry_idx ON pgoutbox.effects USING btree (lease_expires_at) WHERE (state = 'leased'::pgoutbox.effect_state);
+
+CREATE INDEX effects_ordering_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE ((ordering_key IS NOT NULL) AND (state <> 'completed'::pgoutbox.effect_state));
+
+CREATE INDEX effects_parked_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE (parked_due_at IS NOT NULL);
+
+CREATE TRIGGER effects_attempts_delete AFTER DELETE ON pgoutbox.effects REFERENCING OLD TABLE AS old_effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_attempts_delete();
+
+CREATE TRIGGER effects_attempts_record AFTER UPDATE ON pgoutbox.effects FOR EACH ROW WHEN (((new.state IS DISTINCT FROM old.state) AND (new.state = ANY (ARRAY['available'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state, 'reconciliation_required'::pgoutbox.effect_state])))) EXECUTE FUNCTION pgoutbox.effect_attempts_record();
+
+CREATE TRIGGER effects_attempts_truncate AFTER TRUNCATE ON pgoutbox.effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_attempts_truncate();
+
+CREATE TRIGGER effects_key_immutable BEFORE UPDATE OF queue, idempotency_key ON pgoutbox.effects FOR EACH ROW EXECUTE FUNCTION pgoutbox.effect_keys_immutable();
+
+CREATE TRIGGER effects_keys_insert AFTER INSERT ON pgoutbox.effects REFERENCING NEW TABLE AS new_effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_keys_insert();
+
+CREATE TRIGGER effects_keys_truncate AFTER TRUNCATE ON pgoutbox.effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_keys_truncate();
+
+CREATE TRIGGER effects_notify_insert AFTER INSERT ON pgoutbox.effects REFERENCING NEW TABLE AS new_effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.notify_effects();
+
+CREATE TRIGGER effects_ordered_notify AFTER UPDATE OF state ON pgoutbox.effects FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.state = ANY (ARRAY['completed'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION pgoutbox.notify_ordered();
+
+CREATE TRIGGER effects_ordering_key_immutable BEFORE UPDATE OF ordering_key ON pgoutbox.effects FOR EACH ROW EXECUTE FUNCTION pgoutbox.ordering_key_immutable();
+
+CREATE TRIGGER effects_unpark_next AFTER UPDATE OF state ON pgoutbox.effects FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.state = ANY (ARRAY['completed'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION pgoutbox.unpark_next();
+
+CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgoutbox.notify_pending DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgoutbox.notify_at_commit();
+
+GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
+
+REVOKE ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text) TO pgoutbox_enqueuer;
+
+REVOKE ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) TO pgoutbox_enqueuer;
+
+REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) FROM PUBLIC;
+
+GRANT ALL ON FUNCTION pgoutbox.key(VARIADIC parts text[]) TO pgoutbox_enqueuer;
