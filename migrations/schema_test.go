@@ -2,16 +2,14 @@ package migrations_test
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -97,14 +95,8 @@ func dumpSchema(t *testing.T, pgDump, dsn, schema string) []byte {
 // server binaries (Debian's /usr/lib/postgresql/N/bin), else on PATH.
 func pgDumpFor(t *testing.T, dsn string) string {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
+	major, err := strconv.Atoi(query(t, dsn, `SELECT current_setting('server_version_num')::int / 10000`)[0])
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var major int
-	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000`).Scan(&major); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{fmt.Sprintf("/usr/lib/postgresql/%d/bin/pg_dump", major), fmt.Sprintf("/usr/pgsql-%d/bin/pg_dump", major)} {

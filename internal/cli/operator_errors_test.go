@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgoutbox/pgoutbox/internal/cli"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -35,13 +33,8 @@ func TestLogFlagsRefused(t *testing.T) {
 // rows are in and the one they would move to.
 func TestDLQReplayNamesUnknownFilters(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDB(t)
+	conn, dsn := pgtest.NewPool(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, state, attempts)
 		VALUES ('emails', 'email.send', 'k1', 'available', 0), ('hooks', 'hook.post', 'k2', 'dead_letter', 8)`); err != nil {
 		t.Fatal(err)
@@ -72,13 +65,8 @@ func TestDLQReplayNamesUnknownFilters(t *testing.T) {
 // dead letter exits 3 and points at dlq replay. Nothing changes.
 func TestReconcileInspectSaysWhy(t *testing.T) {
 	t.Parallel()
-	dsn := pgtest.NewDB(t)
+	conn, dsn := pgtest.NewPool(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var doneID, deadID int64
 	if err := conn.QueryRow(ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload, state, attempts, delivery_started_at)
 		VALUES ('control_plane_outbox', 'github.workflow.dispatch', 'k1', '{}', 'completed', 1, now()) RETURNING id`).Scan(&doneID); err != nil {
