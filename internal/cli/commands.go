@@ -34,12 +34,13 @@ func commands(g *globals) []*cobra.Command {
 }
 
 // applications lists every application `serve` and `work` run, in start
-// order: the release control plane, then the record projection. Their
-// queues and effect types are merged in this order, and their components
-// start in it.
+// order: the release control plane, the record projection, then HTTP
+// delivery (PGOUTBOX_HTTP_DELIVERY). Their queues and effect types are
+// merged in this order, and their components start in it.
 func applications() []appConstructor {
 	return []appConstructor{
 		controlPlaneApp,
 		projectionApp,
+		httpDeliveryApp,
 	}
 }
