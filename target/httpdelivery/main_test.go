@@ -9,6 +9,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m, func() error { return goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")) })
+	pgtest.Main(m, func() error {
+		return goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	})
 }
