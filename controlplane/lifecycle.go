@@ -195,16 +195,26 @@ func (a *App) applyWorkflowRun(ctx context.Context, tx pgx.Tx, n webhook.Normali
 	} else if err != nil {
 		return "", false, err
 	}
+	// The rule (notReleaseRun) holds for a match by persisted run id as for
+	// one by run name: a pull request's CI run named "release R attempt A"
+	// (GitHub names such runs after the pull request) concludes nothing.
+	f := runFacts{Path: wr.Path, WorkflowID: wr.WorkflowID, Event: wr.TriggerEvent, HeadSHA: wr.HeadSHA}
+	if why := notReleaseRun(f, a.cfg.Workflow, f.HeadSHA); why != "" {
+		return fmt.Sprintf("workflow run %d %s: ignored", wr.ID, why), false, nil
+	}
 	runID, attemptID, _ := ParseRunName(wr.DisplayTitle)
 	var id, releaseRunID int64
-	var state string
+	var state, headSHA string
 	var unlinked bool
-	err := tx.QueryRow(ctx, sqlAttemptForRun, wr.ID, runID, attemptID, n.RepositoryID).Scan(&id, &releaseRunID, &state, &unlinked)
+	err := tx.QueryRow(ctx, sqlAttemptForRun, wr.ID, runID, attemptID, n.RepositoryID).Scan(&id, &releaseRunID, &state, &unlinked, &headSHA)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "workflow run matches no execution attempt", false, nil
 	}
 	if err != nil {
 		return "", false, err
+	}
+	if why := notReleaseRun(f, a.cfg.Workflow, headSHA); why != "" {
+		return fmt.Sprintf("workflow run %d %s: ignored", wr.ID, why), false, nil
 	}
 	if state == "completed" || state == "superseded" {
 		return fmt.Sprintf("attempt %d already %s", id, state), false, nil

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,8 +67,10 @@ type Candidate struct {
 	Conclusion    string    `json:"conclusion,omitempty"`
 	CreatedAt     time.Time `json:"created_at"`
 	HTMLURL       string    `json:"html_url,omitempty"`
-	// Matches says the run name (or the persisted workflow_run_id) carries
-	// this release run and attempt.
+	// Matches says the run is a workflow_dispatch run of the dispatched
+	// workflow on the release run's commit (the rule a completion webhook
+	// is held to) and its run name (or the persisted workflow_run_id)
+	// carries this release run and attempt.
 	Matches bool `json:"matches"`
 }
 
@@ -85,8 +84,8 @@ type Inspection struct {
 }
 
 // Inspect lists the workflow runs of the dispatch's repository and workflow
-// created since delivery started and points at the ones whose run name
-// carries the release run and attempt. It changes nothing.
+// created since delivery started and points at the ones that can be the
+// dispatch's (Candidate.Matches). It changes nothing.
 func (a *App) Inspect(ctx context.Context, id int64) (Inspection, error) {
 	p, err := a.pending(ctx, id)
 	if err != nil {
@@ -99,6 +98,10 @@ func (a *App) Inspect(ctx context.Context, id int64) (Inspection, error) {
 	since = since.Add(-ReconcileSkew)
 	var persisted *int64
 	_ = a.pool.QueryRow(ctx, sqlAttemptWorkflowRun, p.Dispatch.ExecutionAttemptID).Scan(&persisted)
+	ri, err := loadRun(ctx, a.pool, p.Dispatch.ReleaseRunID)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("load release run %d: %w", p.Dispatch.ReleaseRunID, err)
+	}
 	runs, err := a.gh.ListWorkflowRuns(ctx, p.Dispatch.InstallationID, p.Dispatch.Repository, p.Dispatch.Workflow, since)
 	if err != nil {
 		return Inspection{}, fmt.Errorf("list workflow runs: %w", err)
@@ -109,7 +112,8 @@ func (a *App) Inspect(ctx context.Context, id int64) (Inspection, error) {
 	for _, r := range runs {
 		c := Candidate{WorkflowRunID: r.ID, DisplayTitle: r.DisplayTitle, Status: r.Status, Conclusion: r.Conclusion,
 			CreatedAt: r.CreatedAt, HTMLURL: r.HTMLURL,
-			Matches: r.DisplayTitle == want || (persisted != nil && *persisted == r.ID)}
+			Matches: notReleaseRun(facts(r), p.Dispatch.Workflow, ri.HeadSHA) == "" &&
+				(r.DisplayTitle == want || (persisted != nil && *persisted == r.ID))}
 		in.Candidates = append(in.Candidates, c)
 		if c.Matches && match == nil {
 			match = &in.Candidates[len(in.Candidates)-1]
@@ -125,8 +129,9 @@ func (a *App) Inspect(ctx context.Context, id int64) (Inspection, error) {
 
 // ErrRunMismatch is returned by Resolve when the workflow run is not the
 // dispatch's: it does not exist in the dispatch's repository, or it is a
-// run of another workflow, or its name does not carry the release run and
-// attempt. Nothing was changed.
+// run of another workflow, or another event than workflow_dispatch
+// triggered it, or it ran on another commit than the release run's, or its
+// name does not carry the release run and attempt. Nothing was changed.
 var ErrRunMismatch = errors.New("controlplane: the workflow run is not this dispatch's")
 
 // ErrNoGitHub is returned by Resolve when the App has no GitHub client to
@@ -171,6 +176,11 @@ func (a *App) ResolveUnverified(ctx context.Context, id, workflowRunID int64) er
 	})
 }
 
+// facts is what GitHub's answer says about a workflow run.
+func facts(r github.WorkflowRun) runFacts {
+	return runFacts{Path: r.Path, WorkflowID: r.WorkflowID, Event: r.Event, HeadSHA: r.HeadSHA}
+}
+
 func (a *App) resolve(ctx context.Context, id int64, p Pending, workflowRunID int64, resolution map[string]any) error {
 	return pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		if err := pgoutbox.Resolve(ctx, tx, id, TypeWorkflowDispatch, resolution); err != nil {
@@ -184,8 +194,9 @@ func (a *App) resolve(ctx context.Context, id int64, p Pending, workflowRunID in
 // VerifyRun asks GitHub for workflow run runID in the dispatch's repository
 // and checks that it is the dispatch's: it exists there (ErrRunMismatch on
 // a 404), it is a run of the dispatched workflow (its path names the
-// workflow file, or its workflow_id is the workflow when that is numeric)
-// and its name is RunName(release run, attempt). Any other failure to ask
+// workflow file, or its workflow_id is the workflow when that is numeric),
+// triggered by workflow_dispatch, on the release run's commit, and its name
+// is RunName(release run, attempt). Any other failure to ask
 // (a transport error, a 5xx, no GitHub client) is returned as is.
 func (a *App) VerifyRun(ctx context.Context, p Pending, runID int64) (github.WorkflowRun, error) {
 	if a.gh == nil {
@@ -199,24 +210,18 @@ func (a *App) VerifyRun(ctx context.Context, p Pending, runID int64) (github.Wor
 	if err != nil {
 		return run, fmt.Errorf("controlplane: could not verify workflow run %d: %w", runID, err)
 	}
-	if !sameWorkflow(run, d.Workflow) {
-		return run, fmt.Errorf("%w: run %d is a run of %s, not of %s", ErrRunMismatch, runID, run.Path, d.Workflow)
-	}
 	if want := RunName(d.ReleaseRunID, d.ExecutionAttemptID); run.DisplayTitle != want {
 		return run, fmt.Errorf("%w: run %d is named %q, not %q (release run %d attempt %d)", ErrRunMismatch, runID,
 			run.DisplayTitle, want, d.ReleaseRunID, d.ExecutionAttemptID)
 	}
-	return run, nil
-}
-
-// sameWorkflow reports whether run belongs to workflow, as a dispatch names
-// it: a numeric workflow id, or a file name (release.yml) or path.
-func sameWorkflow(run github.WorkflowRun, workflow string) bool {
-	if id, err := strconv.ParseInt(workflow, 10, 64); err == nil {
-		return run.WorkflowID == id
+	ri, err := loadRun(ctx, a.pool, d.ReleaseRunID)
+	if err != nil {
+		return run, fmt.Errorf("controlplane: load release run %d: %w", d.ReleaseRunID, err)
 	}
-	p, _, _ := strings.Cut(run.Path, "@") // "….yml@refs/heads/main" for some runs
-	return p == workflow || path.Base(p) == path.Base(workflow) && strings.HasPrefix(p, ".github/workflows/")
+	if why := notReleaseRun(facts(run), d.Workflow, ri.HeadSHA); why != "" {
+		return run, fmt.Errorf("%w: run %d %s", ErrRunMismatch, runID, why)
+	}
+	return run, nil
 }
 
 // Supersede records that the dispatch did not happen: the record is closed

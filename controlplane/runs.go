@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -165,11 +167,59 @@ type runInfo struct {
 	CheckRunID     *int64
 }
 
-func loadRun(ctx context.Context, tx pgx.Tx, id int64) (runInfo, error) {
+// querier is a transaction or the pool.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func loadRun(ctx context.Context, q querier, id int64) (runInfo, error) {
 	var ri runInfo
-	err := tx.QueryRow(ctx, sqlLoadRun, id).Scan(&ri.ID, &ri.InstallationID, &ri.RepositoryID, &ri.FullName,
+	err := q.QueryRow(ctx, sqlLoadRun, id).Scan(&ri.ID, &ri.InstallationID, &ri.RepositoryID, &ri.FullName,
 		&ri.Ref, &ri.HeadSHA, &ri.CheckRunID)
 	return ri, err
+}
+
+// runFacts is what a workflow run says about itself (in its workflow_run
+// webhook or GitHub's answer about it) that decides whether it can be a
+// release run's.
+type runFacts struct {
+	Path       string // ".github/workflows/release.yml", maybe "@ref"-suffixed
+	WorkflowID int64
+	Event      string // what triggered it
+	HeadSHA    string
+}
+
+// dispatchEvent is the trigger of every run the control plane dispatches.
+const dispatchEvent = "workflow_dispatch"
+
+// notReleaseRun is the one rule that decides whether a workflow run may
+// conclude (or resolve) an execution attempt of a release run on headSHA:
+// it must be a run of workflow (the configured release workflow, see
+// sameWorkflow), triggered by workflow_dispatch, on headSHA. It returns why
+// not, or "" when the run passes. The repository is checked by the caller
+// (the webhook's repository id, or asking GitHub in the dispatch's
+// repository); the run name or the persisted run id then picks the attempt.
+func notReleaseRun(f runFacts, workflow, headSHA string) string {
+	switch {
+	case !sameWorkflow(f.Path, f.WorkflowID, workflow):
+		return fmt.Sprintf("is a run of %s, not of %s", f.Path, workflow)
+	case f.Event != dispatchEvent:
+		return fmt.Sprintf("was triggered by %q, not %s", f.Event, dispatchEvent)
+	case f.HeadSHA != headSHA:
+		return fmt.Sprintf("is on commit %q, not the release run's %s", f.HeadSHA, headSHA)
+	}
+	return ""
+}
+
+// sameWorkflow reports whether a run of workflow file path (id workflowID)
+// belongs to workflow, as a dispatch names it: a numeric workflow id, or a
+// file name (release.yml) or path.
+func sameWorkflow(runPath string, workflowID int64, workflow string) bool {
+	if id, err := strconv.ParseInt(workflow, 10, 64); err == nil {
+		return workflowID == id
+	}
+	p, _, _ := strings.Cut(runPath, "@") // "….yml@refs/heads/main" for some runs
+	return p == workflow || path.Base(p) == path.Base(workflow) && strings.HasPrefix(p, ".github/workflows/")
 }
 
 // concludeAttempt records a workflow run's conclusion on its attempt and

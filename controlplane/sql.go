@@ -77,11 +77,13 @@ RETURNING id, attempt_number`
 	sqlReopenRun = `
 UPDATE control_plane.release_runs SET state = 'in_progress', conclusion = NULL, updated_at = now() WHERE id = $1`
 
-	// sqlAttemptForRun matches a completed workflow run to its attempt: by
-	// the persisted workflow_run_id, else (dispatch response lost) by the
-	// run name the release workflow sets from its inputs.
+	// sqlAttemptForRun matches a completed workflow run to its attempt in
+	// the webhook's repository: by the persisted workflow_run_id, else
+	// (dispatch response lost) by the run name the release workflow sets
+	// from its inputs. The caller checks the run's commit against
+	// head_sha (notReleaseRun).
 	sqlAttemptForRun = `
-SELECT a.id, a.release_run_id, a.state, a.workflow_run_id IS NULL
+SELECT a.id, a.release_run_id, a.state, a.workflow_run_id IS NULL, rr.head_sha
 FROM control_plane.execution_attempts a
 JOIN control_plane.release_runs rr ON rr.id = a.release_run_id
 WHERE rr.repository_id = $4
