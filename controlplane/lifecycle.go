@@ -13,6 +13,9 @@ import (
 	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
 )
 
+// inboxReceived is the status of an inbox row waiting to be applied.
+const inboxReceived = "received"
+
 // webhookJob is the payload of a lifecycle job.
 type webhookJob struct {
 	InboxID int64 `json:"inbox_id"`
@@ -26,11 +29,21 @@ func (a *App) applyWebhook(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery)
 		return pgoutbox.Permanent(fmt.Errorf("lifecycle job payload: %v", err))
 	}
 	var raw []byte
-	if err := tx.QueryRow(ctx, sqlLoadInbox, job.InboxID).Scan(&raw); err != nil {
+	var status string
+	if err := tx.QueryRow(ctx, sqlLoadInbox, job.InboxID).Scan(&raw, &status); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return pgoutbox.Permanent(fmt.Errorf("inbox row %d not found", job.InboxID))
 		}
 		return err
+	}
+	// The row's own job applies it in this transaction, together with its
+	// status: a row that is no longer "received" was applied (or ignored)
+	// already, and a job naming it is not its job (a second job enqueued
+	// by hand or through the SQL API). Applying it again would repeat its
+	// effects, e.g. dispatch the release workflow once more for a stored
+	// check_run rerequested.
+	if status != inboxReceived {
+		return pgoutbox.Permanent(fmt.Errorf("inbox row %d is %s, not waiting to be applied: nothing done", job.InboxID, status))
 	}
 	var n webhook.Normalized
 	if err := json.Unmarshal(raw, &n); err != nil {
@@ -40,7 +53,7 @@ func (a *App) applyWebhook(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery)
 	if err != nil {
 		return err
 	}
-	status := "ignored"
+	status = "ignored"
 	if applied {
 		status = "applied"
 	}

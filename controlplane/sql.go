@@ -10,7 +10,7 @@ ON CONFLICT (delivery_id) DO NOTHING
 RETURNING id`
 
 	sqlLoadInbox = `
-SELECT normalized FROM control_plane.webhook_inbox WHERE id = $1 FOR UPDATE`
+SELECT normalized, status FROM control_plane.webhook_inbox WHERE id = $1 FOR UPDATE`
 
 	sqlFinishInbox = `
 UPDATE control_plane.webhook_inbox SET status = $2, outcome = left($3, 500), processed_at = now()
