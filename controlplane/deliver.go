@@ -66,9 +66,13 @@ func (a *App) createCheckRun(ctx context.Context, d *pgoutbox.Delivery) error {
 }
 
 // dispatchWorkflow is not replay-safe. The engine commits
-// delivery_started_at before it runs; the workflow_run_id GitHub returns is
-// persisted with the completion, and the completion fails (leaving the
-// effect for reconciliation) if the attempt is no longer waiting for it.
+// delivery_started_at before it runs; an attempt superseded before that is
+// not dispatched (a permanent error, nothing sent). The workflow_run_id
+// GitHub returns is persisted with the completion on the attempt, also when
+// a Re-run superseded it while the request was in flight (the dispatch was
+// sent and its outcome is known: no reconciliation); the completion fails,
+// leaving the effect for reconciliation, only if the attempt is missing or
+// already records another run.
 func (a *App) dispatchWorkflow(ctx context.Context, d *pgoutbox.Delivery) error {
 	p, err := decode[WorkflowDispatch](d)
 	if err != nil {
@@ -86,12 +90,12 @@ func (a *App) dispatchWorkflow(ctx context.Context, d *pgoutbox.Delivery) error 
 		return err
 	}
 	d.OnComplete(func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlMarkDispatched, p.ExecutionAttemptID, res.WorkflowRunID)
+		tag, err := tx.Exec(ctx, sqlRecordDispatch, p.ExecutionAttemptID, res.WorkflowRunID)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("attempt %d no longer awaits its dispatch", p.ExecutionAttemptID)
+			return fmt.Errorf("attempt %d is missing or records another workflow run than %d", p.ExecutionAttemptID, res.WorkflowRunID)
 		}
 		return nil
 	})

@@ -15,6 +15,13 @@ import (
 // plane under test) and mounts the control plane with a real GitHub client.
 func withGitHub(t *testing.T, cfg controlplane.Config, opts fakegh.Options) (*bundle, *fakegh.Server) {
 	t.Helper()
+	return withGitHubWrapped(t, cfg, opts, nil)
+}
+
+// withGitHubWrapped is withGitHub with the client seen through wrap (nil:
+// as is), for tests that hold or watch calls.
+func withGitHubWrapped(t *testing.T, cfg controlplane.Config, opts fakegh.Options, wrap func(controlplane.GitHub) controlplane.GitHub) (*bundle, *fakegh.Server) {
+	t.Helper()
 	b, mux := newBundle(t)
 	opts.WebhookURL = b.srv.URL + "/webhooks/github"
 	opts.WebhookSecret = []byte(secret)
@@ -25,7 +32,11 @@ func withGitHub(t *testing.T, cfg controlplane.Config, opts fakegh.Options) (*bu
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.mount(t, mux, github.NewClient(httpClient, emu.URL(), tokens), cfg)
+	var gh controlplane.GitHub = github.NewClient(httpClient, emu.URL(), tokens)
+	if wrap != nil {
+		gh = wrap(gh)
+	}
+	b.mount(t, mux, gh, cfg)
 	return b, emu
 }
 

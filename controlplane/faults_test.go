@@ -21,7 +21,13 @@ import (
 // repository with the outbox workers running.
 func installed(t *testing.T, opts fakegh.Options) (*bundle, *fakegh.Server) {
 	t.Helper()
-	b, emu := withGitHub(t, controlplane.Config{}, opts)
+	return installedWrapped(t, opts, nil)
+}
+
+// installedWrapped is installed with the GitHub client seen through wrap.
+func installedWrapped(t *testing.T, opts fakegh.Options, wrap func(controlplane.GitHub) controlplane.GitHub) (*bundle, *fakegh.Server) {
+	t.Helper()
+	b, emu := withGitHubWrapped(t, controlplane.Config{}, opts, wrap)
 	b.startWorkers(t)
 	install(t, b, emu)
 	b.waitFor(t, "repositories installed", func() bool {

@@ -141,7 +141,8 @@ var ErrNoGitHub = errors.New("controlplane: verifying the workflow run needs Git
 // Resolve records that the dispatch did happen as workflowRunID: the record
 // is completed and the attempt advances to dispatched with that run id.
 // The run is checked against GitHub first (VerifyRun); a run that is not
-// the dispatch's is refused with ErrRunMismatch and nothing changes.
+// the dispatch's, or an attempt that already records another run, is
+// refused with ErrRunMismatch and nothing changes.
 func (a *App) Resolve(ctx context.Context, id, workflowRunID int64) error {
 	if workflowRunID <= 0 {
 		return errors.New("controlplane: --workflow-run-id must be positive")
@@ -186,8 +187,19 @@ func (a *App) resolve(ctx context.Context, id int64, p Pending, workflowRunID in
 		if err := pgoutbox.Resolve(ctx, tx, id, TypeWorkflowDispatch, resolution); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, sqlResolveAttempt, p.Dispatch.ExecutionAttemptID, workflowRunID)
-		return err
+		tag, err := tx.Exec(ctx, sqlRecordDispatch, p.Dispatch.ExecutionAttemptID, workflowRunID)
+		if err != nil || tag.RowsAffected() == 1 {
+			return err
+		}
+		var recorded *int64
+		err = tx.QueryRow(ctx, sqlAttemptWorkflowRun, p.Dispatch.ExecutionAttemptID).Scan(&recorded)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // no attempt to advance: the record is resolved
+		}
+		if err != nil || recorded == nil {
+			return err
+		}
+		return fmt.Errorf("%w: attempt %d already records workflow run %d", ErrRunMismatch, p.Dispatch.ExecutionAttemptID, *recorded)
 	})
 }
 

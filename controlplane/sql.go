@@ -109,26 +109,24 @@ UPDATE control_plane.release_runs SET check_run_id = $2, updated_at = now() WHER
 	sqlCheckRunID = `
 SELECT check_run_id FROM control_plane.release_runs WHERE id = $1`
 
-	// sqlMarkDispatched fails (0 rows) when the attempt is no longer the one
-	// waiting for its dispatch: the completion then rolls back and the
-	// effect is left for reconciliation.
-	sqlMarkDispatched = `
+	// sqlRecordDispatch records the workflow run an attempt's dispatch
+	// created, whatever became of the attempt meanwhile: a dispatching
+	// attempt advances to dispatched; a superseded one (a Re-run while its
+	// dispatch was in flight) or a completed one (its run's completion,
+	// matched by run name, came first) keeps its state and gets the run id,
+	// so the run's own completion is recognised. It changes no row (the
+	// caller fails) only when the attempt is missing or records another
+	// run.
+	sqlRecordDispatch = `
 UPDATE control_plane.execution_attempts
-SET state = 'dispatched', workflow_run_id = coalesce($2, workflow_run_id), dispatched_at = now()
-WHERE id = $1 AND state = 'dispatching'`
+SET workflow_run_id = coalesce(workflow_run_id, $2),
+    state = CASE WHEN state = 'dispatching' THEN 'dispatched' ELSE state END,
+    dispatched_at = coalesce(dispatched_at, now())
+WHERE id = $1 AND (workflow_run_id IS NULL OR workflow_run_id = $2)`
 
 	sqlAttemptState = `
 SELECT state FROM control_plane.execution_attempts WHERE id = $1`
 
 	sqlAttemptWorkflowRun = `
 SELECT workflow_run_id FROM control_plane.execution_attempts WHERE id = $1`
-
-	// sqlResolveAttempt links a dispatched run to its attempt; an attempt the
-	// run's completion webhook already concluded keeps its state.
-	sqlResolveAttempt = `
-UPDATE control_plane.execution_attempts
-SET workflow_run_id = coalesce(workflow_run_id, $2),
-    state = CASE WHEN state = 'dispatching' THEN 'dispatched' ELSE state END,
-    dispatched_at = coalesce(dispatched_at, now())
-WHERE id = $1`
 )
