@@ -102,18 +102,50 @@ func (a *App) dispatchWorkflow(ctx context.Context, d *pgoutbox.Delivery) error 
 	return nil
 }
 
-// completeCheckRun is replay-safe (setting a conclusion twice is harmless).
+// completeCheckRun is replay-safe (setting a conclusion twice is harmless)
+// and applies only the run's latest word: the completion of the run's
+// latest attempt, with the conclusion recorded on that attempt. A
+// completion of an older attempt (a dead letter replayed after a Re-run's
+// attempt concluded, or one that waited behind it) completes without
+// calling GitHub, so it never overwrites the newer conclusion. A payload
+// that disagrees with the database (an attempt that has not concluded, or
+// another conclusion) is refused: a permanent error, nothing sent. The
+// run's effects reach GitHub one at a time (runOrderingKey), so no newer
+// completion is sent between this check and the call.
 func (a *App) completeCheckRun(ctx context.Context, d *pgoutbox.Delivery) error {
 	p, err := decode[CheckRunComplete](d)
 	if err != nil {
 		return err
 	}
 	var checkRunID *int64
-	if err := a.pool.QueryRow(ctx, sqlCheckRunID, p.ReleaseRunID).Scan(&checkRunID); err != nil {
+	var latest int64
+	var state string
+	var conclusion *string
+	err = a.pool.QueryRow(ctx, sqlLatestWord, p.ReleaseRunID).Scan(&checkRunID, &latest, &state, &conclusion)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pgoutbox.Permanent(fmt.Errorf("release run %d has no execution attempt: nothing to complete", p.ReleaseRunID))
+	}
+	if err != nil {
 		return pgoutbox.Retry(err)
+	}
+	if latest != p.ExecutionAttemptID {
+		a.log.Info("check run completion skipped: not the release run's latest attempt", "release_run", p.ReleaseRunID,
+			"attempt", p.ExecutionAttemptID, "latest_attempt", latest, "conclusion", p.Conclusion)
+		return nil
+	}
+	if state != "completed" || conclusion == nil || *conclusion != p.Conclusion {
+		return pgoutbox.Permanent(fmt.Errorf("attempt %d is %s with conclusion %s, not concluded %q: nothing sent",
+			latest, state, orNone(conclusion), p.Conclusion))
 	}
 	if checkRunID == nil {
 		return pgoutbox.Retry(errors.New("check run of release run " + strconv.FormatInt(p.ReleaseRunID, 10) + " not created yet"))
 	}
-	return a.gh.CompleteCheckRun(ctx, p.InstallationID, p.Repository, *checkRunID, github.CheckRunConclusion(p.Conclusion))
+	return a.gh.CompleteCheckRun(ctx, p.InstallationID, p.Repository, *checkRunID, github.CheckRunConclusion(*conclusion))
+}
+
+func orNone(s *string) string {
+	if s == nil {
+		return "none"
+	}
+	return *s
 }

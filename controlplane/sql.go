@@ -106,8 +106,16 @@ WHERE rr.id = $1 AND $2 = (SELECT max(id) FROM control_plane.execution_attempts 
 	sqlSetCheckRunID = `
 UPDATE control_plane.release_runs SET check_run_id = $2, updated_at = now() WHERE id = $1`
 
-	sqlCheckRunID = `
-SELECT check_run_id FROM control_plane.release_runs WHERE id = $1`
+	// sqlLatestWord is what a Check Run completion is checked against: the
+	// run's Check Run and its latest attempt (the highest id: every new
+	// attempt supersedes the open ones) with that attempt's state and
+	// conclusion.
+	sqlLatestWord = `
+SELECT rr.check_run_id, a.id, a.state, a.conclusion
+FROM control_plane.release_runs rr
+JOIN LATERAL (SELECT id, state, conclusion FROM control_plane.execution_attempts
+              WHERE release_run_id = rr.id ORDER BY id DESC LIMIT 1) a ON true
+WHERE rr.id = $1`
 
 	// sqlRecordDispatch records the workflow run an attempt's dispatch
 	// created, whatever became of the attempt meanwhile: a dispatching
