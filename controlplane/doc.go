@@ -16,7 +16,17 @@
 //   - GitHub effects run on their own queue (control_plane_outbox), so a slow
 //     or failing GitHub never delays lifecycle planning
 //     (control_plane_jobs).
+//   - A workflow run concludes an execution attempt only if it is a release
+//     run: a run of the configured release workflow, triggered by
+//     workflow_dispatch, on the release run's commit, in its repository
+//     (by persisted run id or by run name alike); reconcile inspect and
+//     resolve hold runs to the same rule.
+//   - A Check Run completion applies only as the release run's latest word
+//     (its latest attempt's recorded conclusion); an older attempt's
+//     completion never reaches GitHub.
 //   - A workflow dispatch is not replay-safe: when its outcome is unknown it
 //     goes to reconciliation_required, and an operator resolves it with
-//     `pgoutbox reconcile` (see Reconciler).
+//     `pgoutbox reconcile` (see Reconciler). A dispatch that was sent and
+//     answered has a known outcome, also when a Re-run superseded its
+//     attempt meanwhile: its run id is recorded on that attempt.
 package controlplane
