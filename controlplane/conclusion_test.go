@@ -19,16 +19,9 @@ func TestStaleWorkflowRunCompletesTheCheckRunTimedOut(t *testing.T) {
 	b.waitFor(t, "repositories installed", func() bool {
 		return b.scalar(t, `SELECT count(*) FROM control_plane.repositories WHERE state = 'active'`) == 2
 	})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v2.0.0", sha1)
-	must(t, err)
-	snap := b.waitEmu(t, emu, "check run and dispatch", func(s fakegh.Snapshot) bool {
-		return len(s.CheckRuns) == 1 && len(s.Dispatches) == 1
-	})
-	runID := snap.Dispatches[0].RunID
-	b.waitFor(t, "workflow_run_id persisted", func() bool {
-		return b.scalar(t, `SELECT count(*) FROM control_plane.execution_attempts WHERE workflow_run_id = $1 AND state = 'dispatched'`, runID) == 1
-	})
-	_, err = emu.CompleteRun(b.ctx, runID, "stale")
+	runID := b.pushRelease(t, emu, "refs/tags/v2.0.0").Dispatches[0].RunID
+	b.waitDispatched(t, runID)
+	_, err := emu.CompleteRun(b.ctx, runID, "stale")
 	must(t, err)
 	b.waitFor(t, "the completion effect finished", func() bool {
 		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE effect_type = $1 AND state IN ('completed', 'dead_letter')`,

@@ -48,6 +48,42 @@ func (b *bundle) effectState(t *testing.T, typ string) (int64, string) {
 	return id, state
 }
 
+// pushRelease pushes release tag ref at sha1 and waits until its Check Run
+// and its dispatch reached the emulator.
+func (b *bundle) pushRelease(t *testing.T, emu *fakegh.Server, ref string) fakegh.Snapshot {
+	t.Helper()
+	_, err := emu.Push(b.ctx, repoName, ref, sha1)
+	must(t, err)
+	return b.waitEmu(t, emu, "check run and dispatch", func(s fakegh.Snapshot) bool {
+		return len(s.CheckRuns) == 1 && len(s.Dispatches) == 1
+	})
+}
+
+// waitDispatched waits until an attempt is dispatched with workflow run runID.
+func (b *bundle) waitDispatched(t *testing.T, runID int64) {
+	t.Helper()
+	b.waitFor(t, "workflow_run_id persisted", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM control_plane.execution_attempts WHERE workflow_run_id = $1 AND state = 'dispatched'`, runID) == 1
+	})
+}
+
+// unknownDispatch pushes release tag ref with fault kind on its dispatch
+// and waits until the dispatch is in reconciliation_required; it returns
+// the record's id.
+func (b *bundle) unknownDispatch(t *testing.T, emu *fakegh.Server, kind fakegh.FaultKind, ref string) int64 {
+	t.Helper()
+	emu.InjectFault(fakegh.FaultRule{Route: fakegh.RouteDispatchWorkflow, Kind: kind, Times: 1})
+	_, err := emu.Push(b.ctx, repoName, ref, sha1)
+	must(t, err)
+	var id int64
+	b.waitFor(t, "dispatch in reconciliation_required", func() bool {
+		var state string
+		id, state = b.effectState(t, controlplane.TypeWorkflowDispatch)
+		return state == "reconciliation_required"
+	})
+	return id
+}
+
 func TestLostCheckRunResponseCreatesExactlyOne(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
@@ -69,15 +105,7 @@ func TestLostCheckRunResponseCreatesExactlyOne(t *testing.T) {
 func TestLostDispatchResponseGoesToReconciliationThenResolve(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
-	emu.InjectFault(fakegh.FaultRule{Route: fakegh.RouteDispatchWorkflow, Kind: fakegh.FaultLoseResponse, Times: 1})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v3.0.0", sha1)
-	must(t, err)
-	var id int64
-	b.waitFor(t, "dispatch in reconciliation_required", func() bool {
-		var state string
-		id, state = b.effectState(t, controlplane.TypeWorkflowDispatch)
-		return state == "reconciliation_required"
-	})
+	id := b.unknownDispatch(t, emu, fakegh.FaultLoseResponse, "refs/tags/v3.0.0")
 	if n := len(emu.Dispatches()); n != 1 {
 		t.Fatalf("%d dispatches, want exactly 1 (never re-sent blindly)", n)
 	}
@@ -122,15 +150,7 @@ func TestLostDispatchResponseGoesToReconciliationThenResolve(t *testing.T) {
 func TestUnsentDispatchIsSupersededOnce(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
-	emu.InjectFault(fakegh.FaultRule{Route: fakegh.RouteDispatchWorkflow, Kind: fakegh.FaultResetBeforeProcessing, Times: 1})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v4.0.0", sha1)
-	must(t, err)
-	var id int64
-	b.waitFor(t, "dispatch in reconciliation_required", func() bool {
-		var state string
-		id, state = b.effectState(t, controlplane.TypeWorkflowDispatch)
-		return state == "reconciliation_required"
-	})
+	id := b.unknownDispatch(t, emu, fakegh.FaultResetBeforeProcessing, "refs/tags/v4.0.0")
 	in, err := b.app.Inspect(b.ctx, id)
 	must(t, err)
 	for _, c := range in.Candidates {

@@ -17,11 +17,7 @@ import (
 func TestLifecycleJobRefusesAnAppliedInboxRow(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v1.0.0", sha1)
-	must(t, err)
-	snap := b.waitEmu(t, emu, "check run and dispatch", func(s fakegh.Snapshot) bool {
-		return len(s.CheckRuns) == 1 && len(s.Dispatches) == 1
-	})
+	snap := b.pushRelease(t, emu, "refs/tags/v1.0.0")
 	d, err := emu.RerequestCheckRun(b.ctx, snap.CheckRuns[0].ID)
 	must(t, err)
 	b.inboxOutcome(t, d.ID)

@@ -57,15 +57,7 @@ func (b *bundle) inboxOutcome(t *testing.T, deliveryID string) string {
 func TestForeignWorkflowRunDoesNotConcludeTheRelease(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
-	emu.InjectFault(fakegh.FaultRule{Route: fakegh.RouteDispatchWorkflow, Kind: fakegh.FaultLoseResponse, Times: 1})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v1.0.0", sha1)
-	must(t, err)
-	var id int64
-	b.waitFor(t, "dispatch in reconciliation_required", func() bool {
-		var state string
-		id, state = b.effectState(t, controlplane.TypeWorkflowDispatch)
-		return state == "reconciliation_required"
-	})
+	id := b.unknownDispatch(t, emu, fakegh.FaultLoseResponse, "refs/tags/v1.0.0")
 	runID := b.scalar(t, `SELECT id FROM control_plane.release_runs`)
 	attempt := b.scalar(t, `SELECT id FROM control_plane.execution_attempts`)
 	title := controlplane.RunName(runID, attempt)
@@ -96,7 +88,7 @@ func TestForeignWorkflowRunDoesNotConcludeTheRelease(t *testing.T) {
 	// A run of the release workflow, dispatched with the attempt's inputs,
 	// on another commit: listed by inspect, never pointed at, refused by
 	// resolve.
-	_, err = emu.Push(b.ctx, repoName, "refs/heads/feature", sha2)
+	_, err := emu.Push(b.ctx, repoName, "refs/heads/feature", sha2)
 	must(t, err)
 	httpClient := &http.Client{Timeout: 10 * time.Second}
 	tokens, err := github.NewTokenSource(httpClient, emu.URL(), emu.AppID(), emu.AppPrivateKey(), nil)

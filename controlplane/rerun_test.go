@@ -63,18 +63,12 @@ func TestQuickReRunsDoNotStrandTheRun(t *testing.T) {
 		held = newHeldDispatch(gh)
 		return held
 	})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v1.0.0", sha1)
-	must(t, err)
-	snap := b.waitEmu(t, emu, "check run and dispatch", func(s fakegh.Snapshot) bool {
-		return len(s.CheckRuns) == 1 && len(s.Dispatches) == 1
-	})
-	b.waitFor(t, "attempt 1 dispatched", func() bool {
-		return b.scalar(t, `SELECT count(*) FROM control_plane.execution_attempts WHERE attempt_number = 1 AND state = 'dispatched'`) == 1
-	})
+	snap := b.pushRelease(t, emu, "refs/tags/v1.0.0")
+	b.waitDispatched(t, snap.Dispatches[0].RunID)
 	cr := snap.CheckRuns[0].ID
 
 	held.arm()
-	_, err = emu.RerequestCheckRun(b.ctx, cr)
+	_, err := emu.RerequestCheckRun(b.ctx, cr)
 	must(t, err)
 	var run2 int64
 	select {

@@ -23,15 +23,7 @@ import (
 func TestResolveChecksTheRunOnGitHub(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
-	emu.InjectFault(fakegh.FaultRule{Route: fakegh.RouteDispatchWorkflow, Kind: fakegh.FaultLoseResponse, Times: 1})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v3.0.0", sha1)
-	must(t, err)
-	var id int64
-	b.waitFor(t, "dispatch in reconciliation_required", func() bool {
-		var state string
-		id, state = b.effectState(t, controlplane.TypeWorkflowDispatch)
-		return state == "reconciliation_required"
-	})
+	id := b.unknownDispatch(t, emu, fakegh.FaultLoseResponse, "refs/tags/v3.0.0")
 	pending, err := b.app.ListPending(b.ctx, 10)
 	must(t, err)
 	if len(pending) != 1 || pending[0].ID != id {

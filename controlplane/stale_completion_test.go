@@ -21,17 +21,11 @@ func TestOldCheckRunCompletionDoesNotOverwriteTheNewer(t *testing.T) {
 		t.Run(c.old+" then "+c.newer, func(t *testing.T) {
 			t.Parallel()
 			b, emu := installed(t, fakegh.Options{})
-			_, err := emu.Push(b.ctx, repoName, "refs/tags/v1.0.0", sha1)
-			must(t, err)
-			snap := b.waitEmu(t, emu, "check run and dispatch", func(s fakegh.Snapshot) bool {
-				return len(s.CheckRuns) == 1 && len(s.Dispatches) == 1
-			})
+			snap := b.pushRelease(t, emu, "refs/tags/v1.0.0")
 			run1 := snap.Dispatches[0].RunID
-			b.waitFor(t, "attempt 1 dispatched", func() bool {
-				return b.scalar(t, `SELECT count(*) FROM control_plane.execution_attempts WHERE workflow_run_id = $1 AND state = 'dispatched'`, run1) == 1
-			})
+			b.waitDispatched(t, run1)
 			emu.InjectFault(fakegh.FaultRule{Route: fakegh.RouteUpdateCheckRun, Kind: fakegh.FaultStatus, Status: 422, Times: 1})
-			_, err = emu.CompleteRun(b.ctx, run1, c.old)
+			_, err := emu.CompleteRun(b.ctx, run1, c.old)
 			must(t, err)
 			b.waitFor(t, "attempt 1's completion dead-lettered", func() bool {
 				return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE effect_type = $1 AND state = 'dead_letter'`,
@@ -42,9 +36,7 @@ func TestOldCheckRunCompletionDoesNotOverwriteTheNewer(t *testing.T) {
 			must(t, err)
 			snap = b.waitEmu(t, emu, "second dispatch", func(s fakegh.Snapshot) bool { return len(s.Dispatches) == 2 })
 			run2 := snap.Dispatches[1].RunID
-			b.waitFor(t, "attempt 2 dispatched", func() bool {
-				return b.scalar(t, `SELECT count(*) FROM control_plane.execution_attempts WHERE workflow_run_id = $1 AND state = 'dispatched'`, run2) == 1
-			})
+			b.waitDispatched(t, run2)
 			_, err = emu.CompleteRun(b.ctx, run2, c.newer)
 			must(t, err)
 			b.waitEmu(t, emu, "check run concluded "+c.newer, func(s fakegh.Snapshot) bool { return s.CheckRuns[0].Conclusion == c.newer })
@@ -91,16 +83,13 @@ func TestOldCheckRunCompletionDoesNotOverwriteTheNewer(t *testing.T) {
 func TestCheckRunCompletionMustAgreeWithTheDatabase(t *testing.T) {
 	t.Parallel()
 	b, emu := installed(t, fakegh.Options{})
-	_, err := emu.Push(b.ctx, repoName, "refs/tags/v1.0.0", sha1)
-	must(t, err)
-	b.waitEmu(t, emu, "check run and dispatch", func(s fakegh.Snapshot) bool {
-		return len(s.CheckRuns) == 1 && len(s.Dispatches) == 1
-	})
+	b.pushRelease(t, emu, "refs/tags/v1.0.0")
 	b.waitFor(t, "outbox idle", func() bool { return b.idle(t, controlplane.QueueOutbox) })
 	runID := b.scalar(t, `SELECT id FROM control_plane.release_runs`)
 	attempt := b.scalar(t, `SELECT id FROM control_plane.execution_attempts`)
 	var id int64
 	must(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
 		id, err = pgoutbox.Enqueue(b.ctx, tx, pgoutbox.Effect{Queue: controlplane.QueueOutbox, Type: controlplane.TypeCheckRunComplete,
 			Key: "forged", OrderingKey: "release_run:" + itoa(runID), Payload: controlplane.CheckRunComplete{
 				ReleaseRunID: runID, ExecutionAttemptID: attempt, InstallationID: installationID, Repository: repoName, Conclusion: "success"}})
