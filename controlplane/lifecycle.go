@@ -211,6 +211,8 @@ func (a *App) applyWorkflowRun(ctx context.Context, tx pgx.Tx, n webhook.Normali
 	// The rule (notReleaseRun) holds for a match by persisted run id as for
 	// one by run name: a pull request's CI run named "release R attempt A"
 	// (GitHub names such runs after the pull request) concludes nothing.
+	// Workflow and event first, without the database; the commit once the
+	// attempt (and so the release run's head SHA) is found.
 	f := runFacts{Path: wr.Path, WorkflowID: wr.WorkflowID, Event: wr.TriggerEvent, HeadSHA: wr.HeadSHA}
 	if why := notReleaseRun(f, a.cfg.Workflow, f.HeadSHA); why != "" {
 		return fmt.Sprintf("workflow run %d %s: ignored", wr.ID, why), false, nil
