@@ -122,7 +122,10 @@ completed and the execution attempt advances to dispatched with that run.
 
 First it asks GitHub for run N in the dispatch's repository and refuses (exit 3,
 nothing changed) a run that does not exist there, that is a run of another
-workflow, or whose name is not the attempt's ("release R attempt A"). This
+workflow, that another event than workflow_dispatch triggered, that ran on
+another commit than the release run's, or whose name is not the attempt's
+("release R attempt A"); an attempt that already records another run is
+refused too. This
 needs the GitHub App settings (GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY or
 GITHUB_APP_PRIVATE_KEY_FILE, GITHUB_API_URL). --force skips the check, for
 when GitHub cannot be asked or the workflow names its runs otherwise; the
