@@ -1,7 +1,9 @@
 // Package anylang holds the cross-language tests of the SQL API (issue 19,
 // docs/any-language.md): TypeScript (clients/typescript, node's test runner)
 // and Python (psycopg) enqueue inside their own transactions against a fresh
-// database, and a Go worker delivers exactly what they committed.
+// database, and a Go worker delivers exactly what they committed; a Node
+// service verifies HTTP deliveries with the Standard Webhooks reference
+// library (webhook-receiver/).
 //
 // The tests need node, npm and python3 with psycopg; without them they fail
 // (make test-deps installs them on Debian). They build the TypeScript package
@@ -88,15 +90,8 @@ func buildTypeScript(t *testing.T, ctx context.Context) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	npm := tool(t, "npm")
-	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil || installed.ModTime().Before(lock.ModTime()) {
-		run(t, ctx, dir, nil, npm, "ci", "--no-audit", "--no-fund")
-	}
-	run(t, ctx, dir, nil, npm, "run", "--silent", "build")
+	npmCI(t, ctx, dir)
+	run(t, ctx, dir, nil, tool(t, "npm"), "run", "--silent", "build")
 	return dir
 }
 
