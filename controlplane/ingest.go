@@ -22,6 +22,9 @@ type IngestResult struct {
 	InboxID    int64  `json:"inbox_id,omitempty"`
 	JobID      int64  `json:"job_id,omitempty"`
 	Duplicate  bool   `json:"duplicate,omitempty"`
+	// Replayed says that the body is already in the inbox under another
+	// delivery id: a captured delivery posted again. Nothing was written.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // ingest accepts a GitHub webhook: it never calls GitHub and writes the inbox
@@ -68,7 +71,11 @@ func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
 			// transaction pooler, docs/poolers.md) a []byte is sent as bytea.
 			n.RepositoryID, hex.EncodeToString(sum[:]), string(normalized)).Scan(&res.InboxID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			res.Duplicate = true
+			// Nothing written: a known delivery id, or a known body.
+			if err := tx.QueryRow(r.Context(), sqlKnownDelivery, delivery).Scan(&res.Duplicate); err != nil {
+				return err
+			}
+			res.Replayed = !res.Duplicate
 			return nil
 		}
 		if err != nil {
@@ -87,6 +94,15 @@ func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.Duplicate {
 		httpx.WriteJSON(w, http.StatusOK, res)
+		return
+	}
+	if res.Replayed {
+		// 202: the delivery is settled (GitHub, which never sends a known
+		// body under a new id, is not asked to retry), and the answer's
+		// "replayed" shows why in GitHub's delivery log.
+		a.log.Warn("replayed webhook body refused: already in the inbox under another delivery id",
+			"delivery", delivery, "event", event, "body_sha256", hex.EncodeToString(sum[:]))
+		httpx.WriteJSON(w, http.StatusAccepted, res)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusAccepted, res)

@@ -50,9 +50,11 @@ func (h *heldDispatch) DispatchWorkflow(ctx context.Context, installationID int6
 	return res, err
 }
 
-// TestQuickReRunsDoNotStrandTheRun: two Re-runs in a row. The first one's
-// dispatch is sent and held before its answer is recorded; the second Re-run
-// supersedes that attempt meanwhile. The sent dispatch completes (its run id
+// TestQuickReRunsDoNotStrandTheRun: two Re-runs in a row, by two users (the
+// same user's second click on an unchanged Check Run sends the same body,
+// which the endpoint refuses as a replay). The first one's dispatch is sent
+// and held before its answer is recorded; the second Re-run supersedes that
+// attempt meanwhile. The sent dispatch completes (its run id
 // recorded on the superseded attempt), nothing goes to
 // reconciliation_required, the newest attempt's dispatch follows at once,
 // and the superseded run's completion concludes nothing.
@@ -77,7 +79,7 @@ func TestQuickReRunsDoNotStrandTheRun(t *testing.T) {
 		t.Fatal("attempt 2's dispatch was never sent")
 	}
 	attempt2 := b.scalar(t, `SELECT id FROM control_plane.execution_attempts WHERE attempt_number = 2`)
-	_, err = emu.RerequestCheckRun(b.ctx, cr)
+	_, err = emu.RerequestCheckRunAs(b.ctx, cr, "second-maintainer", 1003)
 	must(t, err)
 	b.waitFor(t, "attempt 3 created, attempt 2 superseded", func() bool {
 		return b.scalar(t, `SELECT count(*) FROM control_plane.execution_attempts WHERE attempt_number = 3`) == 1 &&

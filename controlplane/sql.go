@@ -6,8 +6,14 @@ const (
 INSERT INTO control_plane.webhook_inbox
     (delivery_id, event, action, installation_id, repository_id, body_sha256, normalized)
 VALUES ($1, $2, nullif($3, ''), nullif($4, 0::bigint), nullif($5, 0::bigint), $6, $7)
-ON CONFLICT (delivery_id) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id`
+
+	// sqlKnownDelivery tells, after sqlInsertInbox wrote nothing, a
+	// redelivery (the delivery id is known) from a replayed body (only the
+	// body is: webhook_inbox_body_sha256_key, migration 00020).
+	sqlKnownDelivery = `
+SELECT EXISTS (SELECT 1 FROM control_plane.webhook_inbox WHERE delivery_id = $1)`
 
 	sqlLoadInbox = `
 SELECT normalized, status FROM control_plane.webhook_inbox WHERE id = $1 FOR UPDATE`

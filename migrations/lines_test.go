@@ -201,7 +201,7 @@ func TestUpCreatesOnlyTheEngineSchema(t *testing.T) {
 	for _, s := range rest {
 		got = append(got, fmt.Sprintf("%s/%d", s.Line, s.Version))
 	}
-	if want := []string{"controlplane/4", "controlplane/9", "projection/3"}; !slices.Equal(got, want) {
+	if want := []string{"controlplane/4", "controlplane/9", "controlplane/20", "projection/3"}; !slices.Equal(got, want) {
 		t.Fatalf("UpLines after Up applied %v, want %v", got, want)
 	}
 }

@@ -85,6 +85,7 @@ CREATE TABLE control_plane.webhook_inbox (
     outcome text,
     received_at timestamp with time zone DEFAULT now() NOT NULL,
     processed_at timestamp with time zone,
+    replay_of bigint,
     CONSTRAINT webhook_inbox_body_sha256_check CHECK ((body_sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT webhook_inbox_delivery_id_check CHECK (((length(delivery_id) >= 1) AND (length(delivery_id) <= 128))),
     CONSTRAINT webhook_inbox_event_check CHECK (((length(event) >= 1) AND (length(event) <= 128))),
@@ -130,6 +131,8 @@ ALTER TABLE ONLY control_plane.webhook_inbox
 
 CREATE INDEX repositories_installation_idx ON control_plane.repositories USING btree (installation_id);
 
+CREATE UNIQUE INDEX webhook_inbox_body_sha256_key ON control_plane.webhook_inbox USING btree (body_sha256) WHERE (replay_of IS NULL);
+
 ALTER TABLE ONLY control_plane.execution_attempts
     ADD CONSTRAINT execution_attempts_release_run_id_fkey FOREIGN KEY (release_run_id) REFERENCES control_plane.release_runs(id);
 
@@ -141,3 +144,6 @@ ALTER TABLE ONLY control_plane.release_runs
 
 ALTER TABLE ONLY control_plane.repositories
     ADD CONSTRAINT repositories_installation_id_fkey FOREIGN KEY (installation_id) REFERENCES control_plane.installations(id);
+
+ALTER TABLE ONLY control_plane.webhook_inbox
+    ADD CONSTRAINT webhook_inbox_replay_of_fkey FOREIGN KEY (replay_of) REFERENCES control_plane.webhook_inbox(id);

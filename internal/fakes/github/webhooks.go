@@ -254,8 +254,16 @@ func (s *Server) Push(ctx context.Context, repoFullName, ref, sha string) (*Deli
 }
 
 // RerequestCheckRun delivers the check_run "rerequested" webhook GitHub
-// sends when someone clicks "Re-run" on check run checkRunID.
+// sends when someone clicks "Re-run" on check run checkRunID: the user
+// release-manager (id 1002). The payload describes the Check Run as it is
+// and the user who clicked, nothing of the click itself, so the same user's
+// second click on an unchanged Check Run sends the same bytes again.
 func (s *Server) RerequestCheckRun(ctx context.Context, checkRunID int64) (*Delivery, error) {
+	return s.RerequestCheckRunAs(ctx, checkRunID, "release-manager", 1002)
+}
+
+// RerequestCheckRunAs is RerequestCheckRun clicked by the user login (id).
+func (s *Server) RerequestCheckRunAs(ctx context.Context, checkRunID int64, login string, id int64) (*Delivery, error) {
 	s.mu.Lock()
 	i := slices.IndexFunc(s.checkRuns, func(c *CheckRun) bool { return c.ID == checkRunID })
 	if i < 0 {
@@ -269,7 +277,7 @@ func (s *Server) RerequestCheckRun(ctx context.Context, checkRunID int64) (*Deli
 		"action":       "rerequested",
 		"check_run":    s.checkRunJSON(cr, base),
 		"repository":   s.repoJSON(repo, base),
-		"sender":       map[string]any{"login": "release-manager", "id": 1002, "type": "User"},
+		"sender":       map[string]any{"login": login, "id": id, "type": "User"},
 		"installation": map[string]any{"id": repo.installationID, "node_id": nodeID("I", repo.installationID)},
 	}
 	s.mu.Unlock()
