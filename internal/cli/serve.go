@@ -207,7 +207,7 @@ func mountConsole(srv *server.Server, pool *pgxpool.Pool, log *slog.Logger) erro
 		cp, gh = nil, nil
 	}
 	c, err := console.New(console.Config{Pool: pool, OperatorToken: os.Getenv("PGOUTBOX_OPERATOR_TOKEN"),
-		ControlPlane: cp, GitHub: gh != nil, Logger: log})
+		ControlPlane: cp, GitHub: gh != nil, Logger: log, Limiter: srv.OperatorLimiter()})
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,11 +67,18 @@ type Config struct {
 	// negative value turns live refresh off.
 	LiveRefresh time.Duration
 	// SignInFailuresMax wrong tokens from one client IP within
-	// SignInWindow make every further sign-in from it answer 429 until
-	// the window ends; 0 means SignInFailuresMaxDefault and
-	// SignInWindowDefault.
+	// SignInWindow make every further sign-in and bearer check from it
+	// answer 429 until the window ends; 0 means SignInFailuresMaxDefault
+	// and SignInWindowDefault. They configure the console's own limiter,
+	// used when Limiter is nil.
 	SignInFailuresMax int
 	SignInWindow      time.Duration
+	// Limiter, when set, counts the operator-token guesses of the sign-in
+	// and of the pages' bearer checks instead (SignInFailuresMax and
+	// SignInWindow are then unused). `serve` shares one with the server's
+	// operator routes (internal/server), so that every route accepting
+	// PGOUTBOX_OPERATOR_TOKEN draws on one budget per client address.
+	Limiter *httpx.GuessLimiter
 }
 
 // LiveRefreshDefault is Config.LiveRefresh's default.
@@ -82,29 +86,19 @@ const LiveRefreshDefault = 5 * time.Second
 
 // Sign-in limit defaults: 5 wrong tokens per client IP per 5 minutes.
 const (
-	SignInFailuresMaxDefault = 5
-	SignInWindowDefault      = 5 * time.Minute
+	SignInFailuresMaxDefault = httpx.GuessesMaxDefault
+	SignInWindowDefault      = httpx.GuessWindowDefault
 )
-
-// signInClientsMax bounds the failed-sign-in table: past it, the entries
-// whose window ended are dropped, and when none has, the oldest goes.
-const signInClientsMax = 10000
 
 // Console serves the console's pages and actions.
 type Console struct {
 	cfg Config
 	mux *http.ServeMux
 
-	mu       sync.Mutex
-	sessions map[string]*session  // by digest of the session id
-	failures map[string]*failures // failed sign-ins by client IP
-}
+	limit *httpx.GuessLimiter // operator-token comparisons by client IP
 
-// failures counts one client's wrong tokens in a window that starts at
-// the first of them.
-type failures struct {
-	n     int
-	start time.Time
+	mu       sync.Mutex
+	sessions map[string]*session // by digest of the session id
 }
 
 // session is one signed-in operator.
@@ -134,13 +128,10 @@ func New(cfg Config) (*Console, error) {
 	if cfg.LiveRefresh == 0 {
 		cfg.LiveRefresh = LiveRefreshDefault
 	}
-	if cfg.SignInFailuresMax <= 0 {
-		cfg.SignInFailuresMax = SignInFailuresMaxDefault
+	if cfg.Limiter == nil {
+		cfg.Limiter = httpx.NewGuessLimiter(cfg.SignInFailuresMax, cfg.SignInWindow, cfg.Now)
 	}
-	if cfg.SignInWindow <= 0 {
-		cfg.SignInWindow = SignInWindowDefault
-	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), sessions: map[string]*session{}, failures: map[string]*failures{}}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), limit: cfg.Limiter, sessions: map[string]*session{}}
 	c.routes()
 	return c, nil
 }
@@ -204,18 +195,31 @@ func (c *Console) sessionOf(r *http.Request) *session {
 
 // requireRead lets a request read when the console is read-only, or it
 // carries a live session or the operator token as a bearer header; a
-// browser without either is sent to the sign-in page.
+// browser without either is sent to the sign-in page. A bearer token is
+// compared under the sign-in limit: a wrong one answers 401, and once the
+// client's budget is spent every bearer request (the right token
+// included) answers 429 with Retry-After, uncompared.
 func (c *Console) requireRead(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.ReadOnly() || c.sessionOf(r) != nil {
 			h(w, r)
 			return
 		}
-		if tok, ok := httpx.BearerToken(r); ok && httpx.TokenMatches(tok, c.cfg.OperatorToken) {
+		present, ok, wait := httpx.CheckBearer(c.limit, r, c.cfg.OperatorToken)
+		switch {
+		case !present:
+			http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
+		case ok:
 			h(w, r)
-			return
+		case wait > 0:
+			secs := httpx.RetryAfter(w, wait)
+			c.cfg.Logger.Warn("console bearer token refused: too many wrong tokens", "remote", r.RemoteAddr, "retry_after_s", secs)
+			httpx.Error(w, http.StatusTooManyRequests, "too many wrong operator tokens from your address; retry later")
+		default:
+			c.cfg.Logger.Warn("console bearer token refused: wrong operator token", "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pgoutbox console"`)
+			httpx.Error(w, http.StatusUnauthorized, "invalid bearer token (PGOUTBOX_OPERATOR_TOKEN)")
 		}
-		http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 	})
 }
 
@@ -256,29 +260,28 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusForbidden, "The console is read-only: PGOUTBOX_OPERATOR_TOKEN is not set, so nobody can sign in.")
 		return
 	}
-	ip := clientIP(r)
-	if wait := c.signInBlocked(ip, c.cfg.Now()); wait > 0 {
-		secs := int64(math.Ceil(wait.Seconds()))
-		c.cfg.Logger.Warn("console sign-in refused: too many wrong tokens", "remote", r.RemoteAddr, "retry_after_s", secs)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		c.render(w, r, http.StatusTooManyRequests, "signin", "Sign in",
-			fmt.Sprintf("Too many wrong tokens from your address: try again in %d s.", secs))
-		return
-	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		c.refuse(w, r, http.StatusBadRequest, "Unreadable form.")
 		return
 	}
-	if !httpx.TokenMatches(r.PostForm.Get("token"), c.cfg.OperatorToken) {
-		c.signInFailed(ip, c.cfg.Now())
+	// Counted before it is compared, under the limiter's lock: concurrent
+	// sign-ins cannot all pass one check.
+	ok, wait := c.limit.Check(httpx.ClientIP(r), func() bool {
+		return httpx.TokenMatches(r.PostForm.Get("token"), c.cfg.OperatorToken)
+	})
+	if wait > 0 {
+		secs := httpx.RetryAfter(w, wait)
+		c.cfg.Logger.Warn("console sign-in refused: too many wrong tokens", "remote", r.RemoteAddr, "retry_after_s", secs)
+		c.render(w, r, http.StatusTooManyRequests, "signin", "Sign in",
+			fmt.Sprintf("Too many wrong tokens from your address: try again in %d s.", secs))
+		return
+	}
+	if !ok {
 		c.cfg.Logger.Warn("console sign-in refused: wrong operator token", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusForbidden, "signin", "Sign in", "Wrong operator token.")
 		return
 	}
-	c.mu.Lock()
-	delete(c.failures, ip) // a right token forgives the wrong ones before it
-	c.mu.Unlock()
 	label := strings.TrimSpace(r.PostForm.Get("operator"))
 	if label == "" {
 		label = "operator"
@@ -337,66 +340,4 @@ func (c *Console) sameOrigin(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// clientIP is the request's peer address without the port. Forwarded
-// headers are not trusted: behind a reverse proxy every client shares the
-// proxy's address, and so its sign-in limit.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-// signInBlocked reports how long ip must wait before its next sign-in, 0
-// when it may try now.
-func (c *Console) signInBlocked(ip string, now time.Time) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.failures[ip]
-	if f == nil {
-		return 0
-	}
-	end := f.start.Add(c.cfg.SignInWindow)
-	if !now.Before(end) {
-		delete(c.failures, ip)
-		return 0
-	}
-	if f.n < c.cfg.SignInFailuresMax {
-		return 0
-	}
-	return end.Sub(now)
-}
-
-// signInFailed counts a wrong token from ip.
-func (c *Console) signInFailed(ip string, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.failures[ip]
-	if f == nil || !now.Before(f.start.Add(c.cfg.SignInWindow)) {
-		if len(c.failures) >= signInClientsMax {
-			c.pruneFailures(now)
-		}
-		f = &failures{start: now}
-		c.failures[ip] = f
-	}
-	f.n++
-}
-
-// pruneFailures drops the entries whose window ended; if none had, the
-// oldest goes. c.mu is held.
-func (c *Console) pruneFailures(now time.Time) {
-	oldest, at := "", now
-	for ip, f := range c.failures {
-		if !now.Before(f.start.Add(c.cfg.SignInWindow)) {
-			delete(c.failures, ip)
-		} else if f.start.Before(at) {
-			oldest, at = ip, f.start
-		}
-	}
-	if len(c.failures) >= signInClientsMax {
-		delete(c.failures, oldest)
-	}
 }

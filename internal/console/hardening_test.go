@@ -1,14 +1,19 @@
 package console_test
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pgoutbox/pgoutbox/internal/console"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/internal/server"
 )
 
 // TestSignInRateLimit: after SignInFailuresMax wrong tokens from one
@@ -109,5 +114,152 @@ func TestCrossOriginPostsRefused(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "cross-origin") {
 		t.Fatal("no log line for the refused cross-origin POSTs")
+	}
+}
+
+// barrierBody is a request body whose first Read waits until every
+// request of the batch has started reading its body.
+type barrierBody struct {
+	r       io.Reader
+	once    sync.Once
+	arrived *sync.WaitGroup
+	release <-chan struct{}
+}
+
+func (b *barrierBody) Read(p []byte) (int, error) {
+	b.once.Do(func() { b.arrived.Done(); <-b.release })
+	return b.r.Read(p)
+}
+
+// limitedConsole is a console alone, served in-process (handler calls, no
+// listener), with the sign-in limit max per window on a clock of its own.
+func limitedConsole(t *testing.T, max int) (h http.Handler, advance func(time.Duration)) {
+	t.Helper()
+	pool, _ := pgtest.NewPool(t)
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	c, err := console.New(console.Config{Pool: pool, OperatorToken: token, SignInFailuresMax: max, SignInWindow: time.Minute,
+		Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Handler(), func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+}
+
+// concurrently serves n requests from one address, released together once
+// every goroutine is ready, and returns their answers.
+func concurrently(h http.Handler, n int, req func(i int) *http.Request) []*httptest.ResponseRecorder {
+	out := make([]*httptest.ResponseRecorder, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		r, w := req(i), httptest.NewRecorder()
+		out[i] = w
+		wg.Go(func() {
+			<-start
+			h.ServeHTTP(w, r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+// byCode counts answers by status code, and those with Retry-After.
+func byCode(ws []*httptest.ResponseRecorder) (codes map[int]int, retryAfter int) {
+	codes = map[int]int{}
+	for _, w := range ws {
+		codes[w.Code]++
+		if w.Header().Get("Retry-After") != "" {
+			retryAfter++
+		}
+	}
+	return codes, retryAfter
+}
+
+// TestSignInLimitCountsBeforeComparing: 40 wrong tokens sent at once from
+// one address, all of them past the limit check before any is compared in
+// the old order, get at most SignInFailuresMax (5) comparisons: 5 answer
+// 403, the other 35 answer 429 without being compared.
+func TestSignInLimitCountsBeforeComparing(t *testing.T) {
+	t.Parallel()
+	h, _ := limitedConsole(t, 5)
+	const n = 40
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	release := make(chan struct{})
+	go func() { arrived.Wait(); close(release) }()
+	codes, _ := byCode(concurrently(h, n, func(i int) *http.Request {
+		form := url.Values{"token": {"wrong-" + strconv.Itoa(i)}}.Encode()
+		r := httptest.NewRequest("POST", "/console/signin", &barrierBody{r: strings.NewReader(form), arrived: &arrived, release: release})
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return r
+	}))
+	if codes[http.StatusForbidden] != 5 || codes[http.StatusTooManyRequests] != n-5 {
+		t.Fatalf("40 concurrent wrong tokens, limit 5: %v, want 5 × 403 (compared) and 35 × 429", codes)
+	}
+}
+
+// TestBearerGuessesAreLimited: the operator token presented as a bearer
+// header on the console's pages goes through the sign-in limit: of 40
+// concurrent wrong guesses 5 are compared (401) and 35 refused (429 with
+// Retry-After); the right token is then refused too, until the window
+// ends.
+func TestBearerGuessesAreLimited(t *testing.T) {
+	t.Parallel()
+	h, advance := limitedConsole(t, 5)
+	const n = 40
+	get := func(tok string) *http.Request {
+		r := httptest.NewRequest("GET", "/console/audit", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		return r
+	}
+	codes, retry := byCode(concurrently(h, n, func(i int) *http.Request { return get("wrong-" + strconv.Itoa(i)) }))
+	if codes[http.StatusUnauthorized] != 5 || codes[http.StatusTooManyRequests] != n-5 || retry != n-5 {
+		t.Fatalf("40 concurrent wrong bearer tokens, limit 5: %v (%d with Retry-After), want 5 × 401 and 35 × 429", codes, retry)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, get(token))
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "60" {
+		t.Fatalf("the right token past the limit: %d (Retry-After %q), want 429", w.Code, w.Header().Get("Retry-After"))
+	}
+	advance(time.Minute)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, get(token))
+	if w.Code != http.StatusOK {
+		t.Fatalf("the right token after the window: %d, want 200", w.Code)
+	}
+}
+
+// TestOperatorRoutesShareTheLimit: the server's operator routes compare
+// the operator token under the same limiter as the console: of 40
+// concurrent wrong bearer tokens on /workers 5 are compared (401) and 35
+// refused (429); the console's sign-in from that address is then refused
+// too, the right token included.
+func TestOperatorRoutesShareTheLimit(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	s := server.NewWithOptions(nil, nil, server.Options{OperatorToken: token})
+	s.HandleOperator("GET /workers", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	c, err := console.New(console.Config{Pool: pool, OperatorToken: token, Limiter: s.OperatorLimiter()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.HandleOperatorSelfAuth(console.Prefix, c.Handler())
+	h := s.Handler()
+	codes, _ := byCode(concurrently(h, 40, func(i int) *http.Request {
+		r := httptest.NewRequest("GET", "/workers", nil)
+		r.Header.Set("Authorization", "Bearer wrong-"+strconv.Itoa(i))
+		return r
+	}))
+	if codes[http.StatusUnauthorized] != 5 || codes[http.StatusTooManyRequests] != 35 {
+		t.Fatalf("40 concurrent wrong tokens on /workers: %v, want 5 × 401 and 35 × 429", codes)
+	}
+	r := httptest.NewRequest("POST", "/console/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusTooManyRequests || len(w.Result().Cookies()) != 0 {
+		t.Fatalf("console sign-in after the guesses on /workers: %d, want 429", w.Code)
 	}
 }

@@ -167,7 +167,8 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 		return nil, err
 	}
 	d.cp.Routes(d.srv)
-	con, err := console.New(console.Config{Pool: o.Pool, OperatorToken: o.OperatorToken, ControlPlane: d.cp, GitHub: true, Logger: o.Log})
+	con, err := console.New(console.Config{Pool: o.Pool, OperatorToken: o.OperatorToken, ControlPlane: d.cp, GitHub: true, Logger: o.Log,
+		Limiter: d.srv.OperatorLimiter()})
 	if err != nil {
 		d.closeEmulators()
 		return nil, err

@@ -46,8 +46,16 @@ type Options struct {
 	// OperatorToken, when not empty, is the bearer token every operator
 	// route requires (PGOUTBOX_OPERATOR_TOKEN): a request without it, or
 	// with another, is answered 401 with WWW-Authenticate: Bearer. Tokens
-	// are compared in constant time over SHA-256 digests and never logged.
+	// are compared in constant time over SHA-256 digests and never logged,
+	// and only under Limiter: once a client address has spent its budget
+	// of wrong tokens, its bearer requests answer 429 with Retry-After,
+	// uncompared.
 	OperatorToken string
+	// Limiter counts the operator-token comparisons; nil means one of its
+	// own with httpx's defaults (5 wrong tokens per address per 5
+	// minutes). `serve` passes the console's (internal/console), so that
+	// every route accepting the token shares one budget per address.
+	Limiter *httpx.GuessLimiter
 	// SeparateOperator serves the operator routes only from
 	// OperatorHandler (PGOUTBOX_OPERATOR_ADDR): Handler answers 404 for
 	// them. Default false: Handler serves them too.
@@ -79,6 +87,9 @@ func NewWithOptions(log *slog.Logger, gatherer prometheus.Gatherer, opts Options
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Limiter == nil {
+		opts.Limiter = httpx.NewGuessLimiter(0, 0, nil)
+	}
 	s := &Server{mux: http.NewServeMux(), opMux: http.NewServeMux(), opts: opts, log: log}
 	healthy := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -103,6 +114,11 @@ func NewWithOptions(log *slog.Logger, gatherer prometheus.Gatherer, opts Options
 	return s
 }
 
+// OperatorLimiter returns the limiter of the operator-token comparisons
+// (Options.Limiter, or the server's own), for a self-authenticating route
+// (HandleOperatorSelfAuth) to share.
+func (s *Server) OperatorLimiter() *httpx.GuessLimiter { return s.opts.Limiter }
+
 // Handle mounts an application route (Go 1.22 pattern syntax).
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
@@ -110,7 +126,7 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 // on OperatorHandler always, and on Handler unless SeparateOperator.
 func (s *Server) HandleOperator(pattern string, h http.Handler) {
 	if s.opts.OperatorToken != "" {
-		h = requireOperatorToken(s.opts.OperatorToken, h)
+		h = requireOperatorToken(s.opts.OperatorToken, s.opts.Limiter, h)
 	}
 	s.opMux.Handle(pattern, h)
 	if !s.opts.SeparateOperator {
@@ -132,16 +148,22 @@ func (s *Server) HandleOperatorSelfAuth(pattern string, h http.Handler) {
 	}
 }
 
-// requireOperatorToken answers 401 to a request without the bearer token.
-func requireOperatorToken(token string, next http.Handler) http.Handler {
+// requireOperatorToken answers 401 to a request without the bearer token
+// or with another, and 429 (uncompared) once the client's budget in lim is
+// spent.
+func requireOperatorToken(token string, lim *httpx.GuessLimiter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := httpx.BearerToken(r)
-		if !ok || !httpx.TokenMatches(got, token) {
+		_, ok, wait := httpx.CheckBearer(lim, r, token) // missing or wrong: the same 401
+		switch {
+		case ok:
+			next.ServeHTTP(w, r)
+		case wait > 0:
+			httpx.RetryAfter(w, wait)
+			httpx.Error(w, http.StatusTooManyRequests, "too many wrong operator tokens from your address; retry later")
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgoutbox operator"`)
 			httpx.Error(w, http.StatusUnauthorized, "missing or invalid bearer token (PGOUTBOX_OPERATOR_TOKEN)")
-			return
 		}
-		next.ServeHTTP(w, r)
 	})
 }
 
