@@ -24,6 +24,8 @@ type App struct {
 	cfg  Config
 	gh   GitHub
 	log  *slog.Logger
+	// bodies bounds the webhook bodies held in memory (MaxBufferedBytes).
+	bodies *httpx.Budget
 }
 
 // New validates cfg and returns the control plane. It refuses an empty
@@ -46,7 +48,7 @@ func newApp(pool *pgxpool.Pool, cfg Config, gh GitHub, log *slog.Logger, serving
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{pool: pool, cfg: cfg, gh: gh, log: log}, nil
+	return &App{pool: pool, cfg: cfg, gh: gh, log: log, bodies: httpx.NewBudget(cfg.MaxBufferedBytes)}, nil
 }
 
 // Routes mounts POST /webhooks/github and POST /api/release-runs.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"time"
 )
 
 // Defaults (docs/design.md, "The release control plane").
@@ -11,6 +12,14 @@ const (
 	// MaxBodyBytesDefault is GitHub's webhook payload cap, 25 MiB
 	// (WEBHOOK_MAX_BODY_BYTES).
 	MaxBodyBytesDefault = 25 << 20
+	// MaxBufferedBytesDefault bounds the webhook bodies held in memory
+	// together, 64 MiB (WEBHOOK_MAX_BUFFERED_BYTES); when twice
+	// MaxBodyBytes is more, that is the default.
+	MaxBufferedBytesDefault = 64 << 20
+	// BodyReadTimeout bounds how long a webhook body may take to arrive:
+	// GitHub gives up on a delivery after 10 s, so a slower body is not
+	// GitHub's, and it holds the buffer budget no longer.
+	BodyReadTimeout = 10 * time.Second
 	// TagPatternDefault selects release tags (RELEASE_TAG_PATTERN).
 	TagPatternDefault = "refs/tags/v*"
 	// WorkflowDefault is the dispatched workflow file (RELEASE_WORKFLOW).
@@ -39,6 +48,12 @@ type Config struct {
 	WebhookSecret []byte
 	// MaxBodyBytes default MaxBodyBytesDefault.
 	MaxBodyBytes int64
+	// MaxBufferedBytes bounds the bytes of the webhook bodies being read
+	// or held (from before their signature is checked until they are
+	// answered) together; a body that does not fit is answered 503 with
+	// Retry-After. Default MaxBufferedBytesDefault or 2 × MaxBodyBytes,
+	// whichever is more; less than MaxBodyBytes is refused.
+	MaxBufferedBytes int64
 	// TagPattern default TagPatternDefault; a path.Match pattern on the ref.
 	TagPattern string
 	// Workflow default WorkflowDefault.
@@ -61,6 +76,13 @@ func (c Config) withDefaults(needSecret bool) (Config, error) {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if c.MaxBufferedBytes <= 0 {
+		c.MaxBufferedBytes = max(MaxBufferedBytesDefault, 2*c.MaxBodyBytes)
+	}
+	if c.MaxBufferedBytes < c.MaxBodyBytes {
+		return c, fmt.Errorf("controlplane: WEBHOOK_MAX_BUFFERED_BYTES (%d) is below WEBHOOK_MAX_BODY_BYTES (%d): no body of the limit could be read",
+			c.MaxBufferedBytes, c.MaxBodyBytes)
 	}
 	if c.TagPattern == "" {
 		c.TagPattern = TagPatternDefault

@@ -5,9 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,20 +39,37 @@ func (a *App) ingest(w http.ResponseWriter, r *http.Request) {
 		httpx.Error(w, http.StatusBadRequest, "X-GitHub-Event and X-GitHub-Delivery are required (1-128 printable characters)")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	// A request without a well-formed signature header is refused before
+	// its body is read; the others' bodies are read under the buffer
+	// budget, with the MAC computed as they arrive.
+	v, err := webhook.NewVerifier(a.cfg.WebhookSecret, r.Header.Get(webhook.SignatureHeader))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			httpx.Error(w, http.StatusRequestEntityTooLarge, "payload over the body limit")
-			return
-		}
-		httpx.Error(w, http.StatusBadRequest, "could not read the body")
-		return
-	}
-	if err := webhook.Verify(a.cfg.WebhookSecret, body, r.Header.Get(webhook.SignatureHeader)); err != nil {
 		httpx.Error(w, http.StatusUnauthorized, "invalid or missing X-Hub-Signature-256")
 		return
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout)) // unsupported in tests' recorders
+	held, err := a.bodies.ReadBody(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes), v)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.Is(err, httpx.ErrBudgetSpent):
+			a.log.Warn("webhook refused: the body buffer is full", "delivery", delivery, "event", event,
+				"max_buffered_bytes", a.cfg.MaxBufferedBytes)
+			httpx.RetryAfter(w, BodyReadTimeout)
+			httpx.Error(w, http.StatusServiceUnavailable, "too many webhook bodies in flight; retry later")
+		case errors.As(err, &mbe):
+			httpx.Error(w, http.StatusRequestEntityTooLarge, "payload over the body limit")
+		default:
+			httpx.Error(w, http.StatusBadRequest, "could not read the body")
+		}
+		return
+	}
+	defer held.Release()
+	if err := v.Verify(); err != nil {
+		httpx.Error(w, http.StatusUnauthorized, "invalid or missing X-Hub-Signature-256")
+		return
+	}
+	body := held.Bytes()
 	n, err := webhook.Normalize(event, body)
 	if err != nil {
 		httpx.Error(w, http.StatusBadRequest, "malformed JSON payload")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"strings"
 )
 
@@ -46,24 +47,52 @@ func Sign(secret, body []byte) string {
 // matches; "sha1=" and every other scheme are rejected with
 // [ErrBadSignature].
 func Verify(secret, body []byte, signatureHeader string) error {
+	v, err := NewVerifier(secret, signatureHeader)
+	if err != nil {
+		return err
+	}
+	_, _ = v.Write(body)
+	return v.Verify()
+}
+
+// Verifier checks a signature over a body written to it in pieces, so that
+// the MAC is computed while the body is read and a request without a
+// well-formed signature is refused before its body is read at all.
+type Verifier struct {
+	want []byte
+	mac  hash.Hash
+}
+
+// NewVerifier parses signatureHeader (the value of X-Hub-Signature-256):
+// it returns [ErrEmptySecret] for an empty secret, [ErrMissingSignature]
+// for an empty header and [ErrBadSignature] for anything but "sha256="
+// followed by 64 hex digits. Write the body to the Verifier, then call
+// [Verifier.Verify].
+func NewVerifier(secret []byte, signatureHeader string) (*Verifier, error) {
 	if len(secret) == 0 {
-		return ErrEmptySecret
+		return nil, ErrEmptySecret
 	}
 	if signatureHeader == "" {
-		return ErrMissingSignature
+		return nil, ErrMissingSignature
 	}
 	hexSig, ok := strings.CutPrefix(signatureHeader, SignaturePrefix)
-	if !ok {
-		return ErrBadSignature
+	if !ok || len(hexSig) != hex.EncodedLen(sha256.Size) {
+		return nil, ErrBadSignature
 	}
-	if len(hexSig) != hex.EncodedLen(sha256.Size) {
-		return ErrBadSignature
-	}
-	got, err := hex.DecodeString(hexSig)
+	want, err := hex.DecodeString(hexSig)
 	if err != nil {
-		return ErrBadSignature
+		return nil, ErrBadSignature
 	}
-	if !hmac.Equal(got, mac(secret, body)) {
+	return &Verifier{want: want, mac: hmac.New(sha256.New, secret)}, nil
+}
+
+// Write adds p to the MAC; it never fails.
+func (v *Verifier) Write(p []byte) (int, error) { return v.mac.Write(p) }
+
+// Verify compares, in constant time, the MAC of everything written with
+// the signature: nil when they match, [ErrBadSignature] otherwise.
+func (v *Verifier) Verify() error {
+	if !hmac.Equal(v.want, v.mac.Sum(nil)) {
 		return ErrBadSignature
 	}
 	return nil

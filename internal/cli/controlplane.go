@@ -18,11 +18,13 @@ func controlPlaneConfig() controlplane.Config {
 	return controlplane.Config{
 		WebhookSecret: []byte(os.Getenv("GITHUB_WEBHOOK_SECRET")),
 		MaxBodyBytes:  int64(envInt("WEBHOOK_MAX_BODY_BYTES", controlplane.MaxBodyBytesDefault)),
-		TagPattern:    envOr("RELEASE_TAG_PATTERN", controlplane.TagPatternDefault),
-		Workflow:      envOr("RELEASE_WORKFLOW", controlplane.WorkflowDefault),
-		CheckRunName:  envOr("CHECK_RUN_NAME", controlplane.CheckRunNameDefault),
-		APIToken:      os.Getenv("PGOUTBOX_API_TOKEN"),
-		MaxAttempts:   envInt("OUTBOX_MAX_ATTEMPTS", controlplane.MaxAttemptsDefault),
+		// 0: the default, MaxBufferedBytesDefault or twice the body limit.
+		MaxBufferedBytes: int64(envInt("WEBHOOK_MAX_BUFFERED_BYTES", 0)),
+		TagPattern:       envOr("RELEASE_TAG_PATTERN", controlplane.TagPatternDefault),
+		Workflow:         envOr("RELEASE_WORKFLOW", controlplane.WorkflowDefault),
+		CheckRunName:     envOr("CHECK_RUN_NAME", controlplane.CheckRunNameDefault),
+		APIToken:         os.Getenv("PGOUTBOX_API_TOKEN"),
+		MaxAttempts:      envInt("OUTBOX_MAX_ATTEMPTS", controlplane.MaxAttemptsDefault),
 	}
 }
 
