@@ -338,9 +338,9 @@ func TestActionsNeedSessionAndCSRF(t *testing.T) {
 }
 
 // TestReplay: the first step counts and changes nothing, the second replays
-// at most the confirmed count and records who did it in the audit (shown
-// on the audit page); a reconciliation record is never replayed, neither
-// by id nor as part of its queue.
+// at most the confirmed count of the dead letters shown and records who did
+// it in the audit (shown on the audit page); a reconciliation record is
+// never replayed, neither by id nor as part of its queue.
 func TestReplay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, token, false)
@@ -361,8 +361,13 @@ func TestReplay(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'dead_letter'`); n != 4 {
 		t.Fatalf("step one moved effects: %d dead letters left, want 4", n)
 	}
-	// Confirming 2 replays 2: the count caps the replay.
-	a = do(t, c, "POST", e.srv.URL+"/console/replay", url.Values{"csrf": {csrf}, "mode": {"queue"}, "queue": {"q1"}, "confirm": {"2"}})
+	// Confirming 2 replays 2: the count caps the replay of the ids shown.
+	form := confirmForm(t, a.body)
+	if got := strings.Join(form["id"], ","); got != joinIDs(q1) {
+		t.Fatalf("the confirmation names %s, want the dead letters shown, %s", got, joinIDs(q1))
+	}
+	form.Set("confirm", "2")
+	a = do(t, c, "POST", e.srv.URL+"/console/replay", form)
 	if a.code != 200 || !strings.Contains(a.body, "Replayed 2 of 2 confirmed") {
 		t.Fatalf("step two: %d %s", a.code, a.body)
 	}
@@ -388,14 +393,14 @@ func TestReplay(t *testing.T) {
 		ORDER BY id`).Scan(&op, &sess, &action, &target, &changed, &outcome); err != nil {
 		t.Fatal(err)
 	}
-	if op != "alice" || len(sess) != 12 || action != "replay" || target != "queue q1 (all dead letters)" || changed != 2 {
+	if op != "alice" || len(sess) != 12 || action != "replay" || target != "queue q1 (the dead letters shown: ids "+joinIDs(q1)+")" || changed != 2 {
 		t.Fatalf("audit row: %q %q %q %q %d %q", op, sess, action, target, changed, outcome)
 	}
 	if n := e.count(t, `SELECT count(*) FROM pgoutbox.console_audit WHERE action = 'replay'`); n != 2 {
 		t.Fatalf("%d replay audit rows, want 2", n)
 	}
 	page := do(t, c, "GET", e.srv.URL+"/console/audit", nil)
-	if page.code != 200 || !strings.Contains(page.body, "queue q1 (all dead letters)") || !strings.Contains(page.body, "skipped 1") {
+	if page.code != 200 || !strings.Contains(page.body, "queue q1 (the dead letters shown") || !strings.Contains(page.body, "skipped 1") {
 		t.Fatalf("audit page: %d %s", page.code, page.body)
 	}
 	// Bad input is refused and changes nothing.
@@ -405,6 +410,7 @@ func TestReplay(t *testing.T) {
 		{"csrf": {csrf}, "mode": {"ids"}, "confirm": {"1"}},
 		{"csrf": {csrf}, "mode": {"queue"}, "confirm": {"1"}},
 		{"csrf": {csrf}, "mode": {"queue"}, "queue": {"q2"}, "confirm": {"-1"}},
+		{"csrf": {csrf}, "mode": {"queue"}, "queue": {"q2"}, "confirm": {"1"}}, // no ids shown
 		{"csrf": {csrf}, "mode": {"everything"}, "confirm": {"1"}},
 	} {
 		if a := do(t, c, "POST", e.srv.URL+"/console/replay", f); a.code != http.StatusBadRequest {
@@ -611,4 +617,12 @@ func TestSessionExpires(t *testing.T) {
 	if a := do(t, cl, "POST", e.srv.URL+"/console/signout", url.Values{"csrf": {csrf}}); a.code != http.StatusForbidden {
 		t.Fatalf("action after the TTL: %d, want 403", a.code)
 	}
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ",")
 }

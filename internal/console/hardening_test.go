@@ -1,10 +1,12 @@
 package console_test
 
 import (
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,5 +263,89 @@ func TestOperatorRoutesShareTheLimit(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusTooManyRequests || len(w.Result().Cookies()) != 0 {
 		t.Fatalf("console sign-in after the guesses on /workers: %d, want 429", w.Code)
+	}
+}
+
+var hiddenRE = regexp.MustCompile(`<input type="hidden" name="([a-z]+)" value="([^"]*)">`)
+
+// confirmForm returns the fields of the replay confirmation form on page.
+func confirmForm(t *testing.T, page string) url.Values {
+	t.Helper()
+	start := strings.Index(page, `id="confirm-form"`)
+	end := strings.Index(page[max(start, 0):], "</form>")
+	if start < 0 || end < 0 {
+		t.Fatalf("no confirmation form:\n%s", page)
+	}
+	f := url.Values{}
+	for _, m := range hiddenRE.FindAllStringSubmatch(page[start:start+end], -1) {
+		f.Add(m[1], html.UnescapeString(m[2]))
+	}
+	return f
+}
+
+// TestReplayConfirmsWhatWasShown: the confirmation page lists the dead
+// letters that will move (id, key, error), and confirming it replays
+// exactly those: an effect that becomes a dead letter after the page was
+// shown — with a lower id than those shown, or among the ids selected —
+// is not replayed.
+func TestReplayConfirmsWhatWasShown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, token, false)
+	c := e.client(t)
+	csrf := e.signIn(t, c, "alice")
+	var late int64 // older than the dead letters, dead-lettered after the page
+	if err := e.pool.QueryRow(e.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload)
+		VALUES ('q1', 'test.effect', 'late', '{}') RETURNING id`).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	var shown []int64
+	for i := range 3 {
+		shown = append(shown, e.deadLetter(t, "q1", "key-"+strconv.Itoa(i), "solr: HTTP 40"+strconv.Itoa(i), `{}`))
+	}
+	a := do(t, c, "POST", e.srv.URL+"/console/replay", url.Values{"csrf": {csrf}, "mode": {"queue"}, "queue": {"q1"}})
+	if a.code != 200 {
+		t.Fatalf("confirmation page: %d %s", a.code, a.body)
+	}
+	for i := range 3 {
+		if !strings.Contains(a.body, "key-"+strconv.Itoa(i)) || !strings.Contains(a.body, "solr: HTTP 40"+strconv.Itoa(i)) {
+			t.Fatalf("the confirmation page does not list dead letter %d's key and error:\n%s", shown[i], a.body)
+		}
+	}
+	form := confirmForm(t, a.body)
+	e.exec(t, `UPDATE pgoutbox.effects SET state = 'dead_letter', attempts = 8, dead_lettered_at = now(), last_error = 'late'
+		WHERE id = $1`, late)
+	if a := do(t, c, "POST", e.srv.URL+"/console/replay", form); a.code != 200 {
+		t.Fatalf("confirming: %d %s", a.code, a.body)
+	}
+	for _, id := range shown {
+		if s := e.state(t, id); s != "available" {
+			t.Errorf("shown dead letter %d: %s, want available", id, s)
+		}
+	}
+	if s := e.state(t, late); s != "dead_letter" {
+		t.Errorf("dead letter %d, arrived after the page was shown: %s, want dead_letter (not replayed)", late, s)
+	}
+
+	// By id: an effect selected while it was not a dead letter is shown as
+	// skipped, and stays out even if it dead-letters before the confirmation.
+	dead := e.deadLetter(t, "q2", "key-dead", "boom", `{}`)
+	var busy int64
+	if err := e.pool.QueryRow(e.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload)
+		VALUES ('q2', 'test.effect', 'busy', '{}') RETURNING id`).Scan(&busy); err != nil {
+		t.Fatal(err)
+	}
+	a = do(t, c, "POST", e.srv.URL+"/console/replay", url.Values{"csrf": {csrf}, "mode": {"ids"},
+		"id": {strconv.FormatInt(dead, 10), strconv.FormatInt(busy, 10)}})
+	if a.code != 200 || !strings.Contains(a.body, "key-dead") {
+		t.Fatalf("confirmation page by id: %d %s", a.code, a.body)
+	}
+	form = confirmForm(t, a.body)
+	e.exec(t, `UPDATE pgoutbox.effects SET state = 'dead_letter', attempts = 8, dead_lettered_at = now(), last_error = 'late'
+		WHERE id = $1`, busy)
+	if a := do(t, c, "POST", e.srv.URL+"/console/replay", form); a.code != 200 {
+		t.Fatalf("confirming by id: %d %s", a.code, a.body)
+	}
+	if e.state(t, dead) != "available" || e.state(t, busy) != "dead_letter" {
+		t.Fatalf("by id: shown %s (want available), selected but not shown %s (want dead_letter)", e.state(t, dead), e.state(t, busy))
 	}
 }

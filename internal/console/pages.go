@@ -381,18 +381,30 @@ func short(s string, n int) string {
 
 // confirmData is the data of the replay confirmation and result pages.
 type confirmData struct {
-	Mode    string // "ids" or "queue"
-	IDs     []int64
-	Queue   string
-	Count   int64
-	Skipped []ops.Skipped
-	Result  *ops.ReplayResult
+	Mode  string // "ids" or "queue"
+	IDs   []int64
+	Queue string
+	// Count is the number that will move (confirmation) or that was
+	// confirmed (result).
+	Count int64
+	// Move is every id the confirmation will replay (its hidden fields),
+	// Moving the first PageSizeDefault of them with their keys and errors,
+	// and QueueTotal the queue's dead letters (mode "queue").
+	Move       []int64
+	Moving     []store.EffectRow
+	More       int   // len(Move) - len(Moving)
+	Last       int64 // the highest id in Move
+	QueueTotal int64
+	Skipped    []ops.Skipped
+	Result     *ops.ReplayResult
 }
 
 // replay replays dead letters in two steps. The first POST (no confirm)
-// counts what would move and asks; the second (confirm=N) replays at most
-// N, the count the operator saw, and records the audit row in the replay's
-// transaction.
+// finds what would move, lists it and asks; its form names exactly those
+// effects (ids, whatever the mode), and the second POST (confirm=N)
+// replays at most N of them that are still dead letters, and records the
+// audit row in the replay's transaction. An effect that was not among
+// them (one that dead-lettered after the page was shown) never moves.
 func (c *Console) replay(w http.ResponseWriter, r *http.Request, s *session) {
 	f := r.PostForm
 	d := confirmData{Mode: f.Get("mode"), Queue: strings.TrimSpace(f.Get("queue"))}
@@ -416,17 +428,18 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		d.Queue = ""
 	case "queue":
-		if d.Queue == "" || len(d.IDs) > 0 {
-			c.refuse(w, r, http.StatusBadRequest, "Replaying a whole queue needs its name (and no ids); nothing was replayed.")
+		// The confirmation of a queue names the dead letters it showed.
+		if d.Queue == "" || (len(d.IDs) > 0) != (f.Get("confirm") != "") {
+			c.refuse(w, r, http.StatusBadRequest, "Replaying a queue needs its name, and its confirmation the ids shown (reload it); nothing was replayed.")
 			return
 		}
 	default:
 		c.refuse(w, r, http.StatusBadRequest, `mode must be "ids" or "queue"; nothing was replayed.`)
 		return
 	}
-	target := "queue " + d.Queue + " (all dead letters)"
-	if d.Mode == "ids" {
-		target = "ids " + joinIDs(d.IDs)
+	target := "ids " + joinIDs(d.IDs)
+	if d.Mode == "queue" {
+		target = "queue " + d.Queue + " (the dead letters shown: " + target + ")"
 	}
 	ctx := r.Context()
 	confirm := f.Get("confirm")
@@ -439,8 +452,18 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s *session) {
 			return
 		}
 		d.Count, d.Skipped = int64(len(res.Replayed)), res.Skipped
+		for _, m := range res.Replayed {
+			d.Move = append(d.Move, m.ID)
+		}
+		if d.Moving, err = store.EffectsByID(ctx, c.cfg.Pool, d.Move[:min(len(d.Move), PageSizeDefault)]); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if d.More = len(d.Move) - len(d.Moving); len(d.Move) > 0 {
+			d.Last = slices.Max(d.Move)
+		}
 		if d.Mode == "queue" {
-			if d.Count, err = store.CountDeadLetters(ctx, c.cfg.Pool, store.OpsFilter{Queue: d.Queue}); err != nil {
+			if d.QueueTotal, err = store.CountDeadLetters(ctx, c.cfg.Pool, store.OpsFilter{Queue: d.Queue}); err != nil {
 				c.fail(w, r, err)
 				return
 			}

@@ -111,7 +111,22 @@ func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, l
 	if beforeID <= 0 {
 		beforeID = math.MaxInt64
 	}
-	rows, err := db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit, f.OrderingKey)
+	return collectEffectRows(db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit, f.OrderingKey))
+}
+
+const effectsByIDSQL = `
+SELECT ` + effectsCols + `
+FROM pgoutbox.effects
+WHERE id = ANY($1::bigint[])
+ORDER BY id`
+
+// EffectsByID returns the effects among ids that exist, by id (the
+// console's replay confirmation lists those that will move).
+func EffectsByID(ctx context.Context, db DBTX, ids []int64) ([]EffectRow, error) {
+	return collectEffectRows(db.Query(ctx, effectsByIDSQL, ids))
+}
+
+func collectEffectRows(rows pgx.Rows, err error) ([]EffectRow, error) {
 	if err != nil {
 		return nil, MapError(err)
 	}
