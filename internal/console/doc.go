@@ -12,7 +12,8 @@
 // place (live.js, embedded; Config.LiveRefresh), with a pause toggle.
 //
 // Actions: replay one, selected or all dead letters of a queue, always in
-// two steps (the second confirms the count, which also caps the replay);
+// two steps (the first lists what will move; the second replays those ids
+// only, at most the confirmed count);
 // resolve a reconciliation record with a workflow run (checked against
 // GitHub, or unverified with force, as `pgoutbox reconcile resolve`) and
 // supersede one with a reason. A reconciliation record is never replayed.
@@ -32,9 +33,11 @@
 //     valid session and that token is answered 403 and changes nothing.
 //   - A POST whose Origin (or Referer) names another host is answered 403
 //     before its form is read.
-//   - Wrong tokens are limited per client address (Config.SignInFailuresMax
-//     in Config.SignInWindow); past the limit a sign-in answers 429 with
-//     Retry-After.
+//   - Operator-token guesses are limited per client address
+//     (Config.SignInFailuresMax in Config.SignInWindow, or Config.Limiter,
+//     shared with the server's operator routes): each sign-in and each
+//     bearer check is counted before it is compared; past the limit they
+//     answer 429 with Retry-After, uncompared.
 //   - Every action, done or refused, is recorded in pgoutbox.console_audit
 //     (migration 00010): the operator's label, a digest of the session
 //     (never its id), when, what and how many effects changed. A replay's
