@@ -2,9 +2,12 @@
 // release control plane.
 //
 // It is pure Go: no database, no network, no global state. The HTTP endpoint
-// (POST /webhooks/github) reads the raw body, calls [Verify] with the
-// X-Hub-Signature-256 header, then [Normalize] with the X-GitHub-Event header,
-// and stores the [Normalized] record (never the raw body) in the webhook inbox.
+// (POST /webhooks/github) parses the X-Hub-Signature-256 header with
+// [NewVerifier] before it reads anything (a request without a well-formed
+// one is refused unread), writes the raw body to the [Verifier] as it
+// arrives and calls [Verifier.Verify], then [Normalize] with the
+// X-GitHub-Event header, and stores the [Normalized] record (never the raw
+// body) in the webhook inbox.
 //
 // # Signatures
 //
