@@ -74,3 +74,39 @@ func TestVerify(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifierStreams: the body written in pieces verifies as a whole, one
+// byte more or less does not, and a malformed header is refused before
+// anything is written.
+func TestVerifierStreams(t *testing.T) {
+	t.Parallel()
+	secret := []byte("It's a Secret to Everybody")
+	body := []byte("Hello, World!")
+	sig := webhook.Sign(secret, body)
+	v, err := webhook.NewVerifier(secret, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, piece := range [][]byte{body[:3], body[3:4], body[4:]} {
+		_, _ = v.Write(piece)
+	}
+	if err := v.Verify(); err != nil {
+		t.Fatalf("pieces: %v", err)
+	}
+	for _, other := range [][]byte{body[:len(body)-1], append([]byte(string(body)), '!')} {
+		v, _ := webhook.NewVerifier(secret, sig)
+		_, _ = v.Write(other)
+		if err := v.Verify(); !errors.Is(err, webhook.ErrBadSignature) {
+			t.Errorf("%q: %v, want ErrBadSignature", other, err)
+		}
+	}
+	for header, want := range map[string]error{"": webhook.ErrMissingSignature, "sha256=zz": webhook.ErrBadSignature,
+		"sha1=" + strings.Repeat("0", 40): webhook.ErrBadSignature} {
+		if _, err := webhook.NewVerifier(secret, header); !errors.Is(err, want) {
+			t.Errorf("header %q: %v, want %v", header, err, want)
+		}
+	}
+	if _, err := webhook.NewVerifier(nil, sig); !errors.Is(err, webhook.ErrEmptySecret) {
+		t.Errorf("empty secret: %v", err)
+	}
+}
