@@ -123,7 +123,13 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 	if err != nil {
 		var v *store.Violation
 		if errors.As(err, &v) && v.Constraint == "effects_payload_size" {
-			return nil, &PayloadTooLargeError{Size: -1, Limit: MaxPayloadBytes}
+			// The payload fits as given, but not as jsonb's text, which
+			// spells numbers out; which one, in a batch, is not known.
+			e := &PayloadTooLargeError{Limit: MaxPayloadBytes, Stored: true}
+			if len(rows) == 1 {
+				e.Size = len(rows[0].Payload)
+			}
+			return nil, e
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
@@ -195,13 +201,20 @@ func encodePayload(p any) ([]byte, error) {
 	if len(raw) > MaxPayloadBytes {
 		return nil, &PayloadTooLargeError{Size: len(raw), Limit: MaxPayloadBytes}
 	}
+	// One linear walk: the bounds (before json.Valid, whose own depth
+	// limit is 10,000) and the credential keys.
+	w := keyWalkers.Get().(*keyWalker)
+	defer keyWalkers.Put(w)
+	if reason := w.scan(raw, true); reason != "" {
+		return nil, &InvalidEffectError{Field: "Payload", Reason: reason}
+	}
 	// json.Marshal's output is valid JSON (it checks what MarshalJSON
 	// methods return); bytes given as they are must be checked.
 	if !marshaled && !json.Valid(raw) {
 		return nil, &InvalidEffectError{Field: "Payload", Reason: "is not valid JSON"}
 	}
-	if path, ok := findCredentialKey(raw); ok {
-		return nil, &CredentialKeyError{Path: path}
+	if w.credPath != "" {
+		return nil, &CredentialKeyError{Path: w.credPath}
 	}
 	return raw, nil
 }
@@ -340,24 +353,99 @@ func splitWords(key string) []string {
 	return words
 }
 
-// findCredentialKey walks every object key at any depth, every occurrence of
-// a repeated key included, and returns the first credential key's path
-// ($.a[0].b). raw has passed json.Valid. The walk reads tokens with
-// jsontext (encoding/json/v2's token layer), which neither allocates per
-// token nor reflects, unlike encoding/json's Decoder.Token; its duplicate
-// name and UTF-8 checks are off, so it accepts what json.Valid accepts.
-func findCredentialKey(raw []byte) (string, bool) {
+// MaxPayloadDepth is the deepest nesting of arrays and objects that a
+// payload may have (64: {"a":[1]} nests 2 deep). Real payloads nest a few
+// levels (a GitHub webhook: 6); the bound keeps the credential-key guard's
+// cost proportional to the payload's size. Go's Enqueue, the SQL API and the
+// projection's records check it before anything parses the JSON into jsonb.
+const MaxPayloadDepth = 64
+
+// MaxNumberLength is the longest number literal, in characters, that a
+// payload may carry (100: float64's longest shortest form is 24). jsonb
+// stores numbers as numeric, spelled out in full.
+const MaxNumberLength = 100
+
+// MaxNumberExponent is the largest exponent, in magnitude, of a number
+// literal in a payload (400: float64 spans 1e-324 to 1.8e308). A larger one
+// costs jsonb as many digits: 1e131071 is 8 bytes of JSON and 131,072 digits
+// of numeric.
+const MaxNumberExponent = 400
+
+// JSONBoundsError reports a JSON value outside the bounds that every entry
+// point checks before PostgreSQL parses it into jsonb: MaxPayloadDepth,
+// MaxNumberLength, MaxNumberExponent. Enqueue reports it as an
+// *InvalidEffectError on Payload with the same Reason.
+type JSONBoundsError struct {
+	// Reason says which bound, e.g. "nests deeper than 64 levels of arrays
+	// and objects".
+	Reason string
+}
+
+func (e *JSONBoundsError) Error() string { return "pgoutbox: JSON value " + e.Reason }
+
+// The bounds' reasons, in the order of precedence (the SQL API's, too).
+var (
+	reasonTooDeep     = fmt.Sprintf("nests deeper than %d levels of arrays and objects", MaxPayloadDepth)
+	reasonLongNumber  = fmt.Sprintf("has a number literal longer than %d characters", MaxNumberLength)
+	reasonBigExponent = fmt.Sprintf("has a number with an exponent beyond ±%d", MaxNumberExponent)
+)
+
+// CheckJSONBounds returns a *JSONBoundsError when raw nests deeper than
+// MaxPayloadDepth or carries a number literal longer than MaxNumberLength
+// or with an exponent beyond MaxNumberExponent, and nil otherwise
+// (including when raw is not valid JSON: check that separately). Its cost
+// is linear in len(raw) and it stops at the first level too deep.
+func CheckJSONBounds(raw []byte) error {
 	w := keyWalkers.Get().(*keyWalker)
 	defer keyWalkers.Put(w)
+	if reason := w.scan(raw, false); reason != "" {
+		return &JSONBoundsError{Reason: reason}
+	}
+	return nil
+}
+
+// scan walks raw once and returns the first bound it breaks, by precedence
+// (depth, then number length, then exponent); with keys, it also records
+// in w.credPath the path of the first object key in document order that
+// looks like a credential (every occurrence of a repeated key included).
+// The walk reads tokens with jsontext (encoding/json/v2's token layer),
+// which neither allocates per token nor reflects; its duplicate name and
+// UTF-8 checks are off, so it accepts what json.Valid accepts. It stops at
+// the first syntax error (json.Valid reports it).
+func (w *keyWalker) scan(raw []byte, keys bool) string {
 	w.r.Reset(raw)
 	w.dec.Reset(&w.r, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	w.names = w.names[:0]
+	w.credPath = ""
+	longNumber, bigExponent := false, false
 	for {
+		if w.dec.PeekKind() == '0' {
+			v, err := w.dec.ReadValue()
+			if err != nil {
+				break
+			}
+			if len(v) > MaxNumberLength {
+				longNumber = true
+			} else if exponentTooLarge(v) {
+				bigExponent = true
+			}
+			continue
+		}
 		tok, err := w.dec.ReadToken()
 		if err != nil {
-			return "", false
+			break
 		}
-		if tok.Kind() != '"' {
+		switch tok.Kind() {
+		case '{', '[':
+			if w.dec.StackDepth() > MaxPayloadDepth {
+				return reasonTooDeep
+			}
+			continue
+		case '"':
+		default:
+			continue
+		}
+		if !keys || w.credPath != "" {
 			continue
 		}
 		depth := w.dec.StackDepth()
@@ -366,20 +454,52 @@ func findCredentialKey(raw []byte) (string, bool) {
 		}
 		name := tok.String()
 		if IsCredentialKey(name) {
-			return w.path(depth, name), true
+			w.credPath = w.path(depth, name)
+			continue
 		}
 		for len(w.names) < depth {
 			w.names = append(w.names, "")
 		}
 		w.names[depth-1] = name
 	}
+	switch {
+	case longNumber:
+		return reasonLongNumber
+	case bigExponent:
+		return reasonBigExponent
+	}
+	return ""
 }
 
-// keyWalker is findCredentialKey's reusable state.
+// exponentTooLarge reports whether the JSON number literal v has an
+// exponent beyond ±MaxNumberExponent (leading zeros of the exponent do not
+// count).
+func exponentTooLarge(v []byte) bool {
+	i := bytes.IndexAny(v, "eE")
+	if i < 0 {
+		return false
+	}
+	e := v[i+1:]
+	if len(e) > 0 && (e[0] == '+' || e[0] == '-') {
+		e = e[1:]
+	}
+	e = bytes.TrimLeft(e, "0")
+	if len(e) > 3 {
+		return true
+	}
+	n := 0
+	for _, c := range e {
+		n = n*10 + int(c-'0')
+	}
+	return n > MaxNumberExponent
+}
+
+// keyWalker is scan's reusable state.
 type keyWalker struct {
-	r     bytes.Reader
-	dec   jsontext.Decoder
-	names []string // names[d-1]: the current member name of the object at depth d
+	r        bytes.Reader
+	dec      jsontext.Decoder
+	names    []string // names[d-1]: the current member name of the object at depth d
+	credPath string   // the first credential key's path, "" if none (scan with keys)
 }
 
 var keyWalkers = sync.Pool{New: func() any { return new(keyWalker) }}

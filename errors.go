@@ -20,16 +20,30 @@ var ErrCredentialKey = errors.New("pgoutbox: payload carries a credential key")
 // ErrInvalidEffect is matched (errors.Is) by *InvalidEffectError.
 var ErrInvalidEffect = errors.New("pgoutbox: invalid effect")
 
-// PayloadTooLargeError reports a payload over MaxPayloadBytes.
+// PayloadTooLargeError reports a payload over MaxPayloadBytes, as given or
+// as stored.
 type PayloadTooLargeError struct {
-	// Size is the payload's encoded JSON size in bytes.
+	// Size is the payload's encoded JSON size in bytes, as given; 0 when
+	// Stored and the payload is one of a batch's (which one is not known).
 	Size int
 	// Limit is MaxPayloadBytes.
 	Limit int
+	// Stored is true when the payload fits as given but not as the
+	// database stores it: jsonb's text spells numbers out (1e99 is 100
+	// digits) and adds spaces.
+	Stored bool
 }
 
 func (e *PayloadTooLargeError) Error() string {
-	return fmt.Sprintf("pgoutbox: payload is %d bytes, over the %d-byte limit", e.Size, e.Limit)
+	switch {
+	case !e.Stored:
+		return fmt.Sprintf("pgoutbox: payload is %d bytes, over the %d-byte limit", e.Size, e.Limit)
+	case e.Size > 0:
+		return fmt.Sprintf("pgoutbox: payload is %d bytes, but over the %d-byte limit as stored "+
+			"(jsonb spells numbers out and adds spaces)", e.Size, e.Limit)
+	}
+	return fmt.Sprintf("pgoutbox: a payload of the batch is over the %d-byte limit as stored "+
+		"(jsonb spells numbers out and adds spaces)", e.Limit)
 }
 
 // Is makes errors.Is(err, ErrPayloadTooLarge) true.

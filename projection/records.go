@@ -88,10 +88,19 @@ type parsed struct {
 // parseRecord validates one JSON value as a record: a JSON object whose "id"
 // is a non-empty string or a number (kept as its text). The document is
 // stored in canonical form (keys sorted, insignificant whitespace removed,
-// numbers as written), and the source hash is the SHA-256 of that form.
+// numbers as written), and the source hash is the SHA-256 of that form. It
+// must nest at most pgoutbox.MaxPayloadDepth deep and carry no number over
+// pgoutbox.MaxNumberLength characters or with an exponent beyond
+// pgoutbox.MaxNumberExponent.
 func parseRecord(raw []byte, line int64, maxBytes int) (parsed, error) {
 	if maxBytes > 0 && len(raw) > maxBytes {
 		return parsed{}, &RowError{Line: line, Reason: fmt.Sprintf("record is %d bytes, over the %d-byte limit", len(raw), maxBytes)}
+	}
+	// Bounded before the documents are parsed into jsonb (issue 27): the
+	// engine's depth and number bounds (pgoutbox.CheckJSONBounds).
+	var be *pgoutbox.JSONBoundsError
+	if err := pgoutbox.CheckJSONBounds(raw); errors.As(err, &be) {
+		return parsed{}, &RowError{Line: line, Reason: "the record " + be.Reason}
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()

@@ -145,6 +145,10 @@ func TestPostRecordBadInput(t *testing.T) {
 		{"NUL", "application/json", `{"id":"a","t":"x\u0000y"}`, 400, `\u0000`},
 		{"wrong type", "text/plain", `{"id":"x"}`, 415, "application/json"},
 		{"no type", "", `{"id":"x"}`, 415, "application/json"},
+		// Issue 27, point 6: bounded before anything parses into jsonb.
+		{"too deep", "application/json", `{"id":"x","d":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}`, 400, "nests deeper than 64 levels"},
+		{"huge exponent", "application/json", `{"id":"x","n":1e131071}`, 400, "exponent beyond ±400"},
+		{"long number", "application/json", `{"id":"x","n":` + strings.Repeat("9", 101) + `}`, 400, "longer than 100 characters"},
 		{"oversize", "application/json", `{"id":"x","t":"` + strings.Repeat("a", 2000) + `"}`, 413, "limit"},
 	} {
 		before := b.counts(t)
