@@ -130,14 +130,20 @@ func comparePayloadVerdicts(ctx context.Context, t *testing.T, tx pgx.Tx, raw []
 	}
 	var ce *CredentialKeyError
 	var pe *PayloadTooLargeError
+	var ie *InvalidEffectError
 	switch {
 	case errors.As(goErr, &ce):
 		if code != sqlCredentialKey || pgMessage(sqlErr) != ce.Error() {
 			t.Fatalf("payload %q: Go refuses %q, SQL refuses %s %q", show, ce.Error(), code, pgMessage(sqlErr))
 		}
 	case errors.As(goErr, &pe):
-		if code != sqlPayloadTooLarge || (pe.Size >= 0 && pgMessage(sqlErr) != pe.Error()) {
+		if code != sqlPayloadTooLarge || (!pe.Stored && pgMessage(sqlErr) != pe.Error()) {
 			t.Fatalf("payload %q: Go refuses %q, SQL refuses %s %q", show, pe.Error(), code, pgMessage(sqlErr))
+		}
+	case errors.As(goErr, &ie) && ie.Field == "Payload":
+		// The bounds (depth, numbers): one reason, one message.
+		if want := "pgoutbox: invalid effect: payload " + ie.Reason; code != "OB001" || pgMessage(sqlErr) != want {
+			t.Fatalf("payload %q: Go refuses %q, SQL refuses %s %q", show, ie.Error(), code, pgMessage(sqlErr))
 		}
 	default:
 		t.Fatalf("payload %q: Go refuses with %v, SQL with %s %q", show, goErr, code, pgMessage(sqlErr))
@@ -158,7 +164,11 @@ func FuzzSQLCredentialGuard(f *testing.F) {
 		`{"a":{"secret":2},"a":1}`, `{"a\u0000":1}`, `{"token":1,"a\u0000":1}`, `{"a":"\ud800"}`,
 		`{"\ud800":1}`, `{"to\u006ben":1}`, `{"x":{"\u212Aey":1,"api\u212Aey":2}}`, `{"APIKey":{"y":1}}`,
 		`[` + strings.Repeat(`[`, 2000) + `{"n":{"passwd":1}}` + strings.Repeat(`]`, 2000) + `]`,
-		`{"a":1e400}`, `{"İd":1,"prİvate_key":2}`, "{\"a\u00a0token\":1}", `{"tokenÄ":1}`, `{"tokenä":1}`,
+		`{"a":1e400}`, `{"a":1e401}`, `{"n":1e131071}`, `[1E-0400,` + strings.Repeat("1", 101) + `]`,
+		strings.Repeat(`{"keyx":`, 5000) + "1" + strings.Repeat("}", 5000),
+		strings.Repeat(`{"keyx":`, 63) + `{"token":1}` + strings.Repeat("}", 63),
+		strings.Repeat(`[`, 60) + `{"a":{"b":[1,{"token":1}]}}` + strings.Repeat(`]`, 60),
+		`{"İd":1,"prİvate_key":2}`, "{\"a\u00a0token\":1}", `{"tokenÄ":1}`, `{"tokenä":1}`,
 	} {
 		f.Add([]byte(s))
 	}

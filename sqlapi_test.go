@@ -349,8 +349,8 @@ func TestSQLEnqueueNotifies(t *testing.T) {
 	}
 }
 
-// pgoutbox_enqueuer may enqueue (both forms) and compute keys, and nothing
-// else: it cannot read or write the engine's tables or call the internal
+// pgoutbox_enqueuer may enqueue (both forms, into what it was granted) and
+// compute keys, and nothing else: it cannot read or write the engine's tables or call the internal
 // function directly. A role without it cannot enqueue at all.
 func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 	t.Parallel()
@@ -385,6 +385,7 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 	exec := func(sql string) func(pgx.Tx) error {
 		return func(tx pgx.Tx) error { _, err := tx.Exec(b.ctx, sql); return err }
 	}
+	b.grantEnqueue(t, "pgoutbox_enqueuer", "q", "t")
 	for _, sql := range []string{
 		`SELECT pgoutbox.enqueue('q', 't', pgoutbox.key('a', 'b'), '{"x": 1}')`,
 		`SELECT * FROM pgoutbox.enqueue_batch('[{"queue": "q", "effect_type": "t", "idempotency_key": "c"}]')`,
