@@ -535,3 +535,56 @@ func BenchmarkEnqueueGoAndSQL(b *testing.B) {
 		}
 	}
 }
+
+// guardPayloads are the shapes of issue 27, point 6: 5,000 objects nested
+// under a harmless key holding a credential stem (44 KB: refused by the
+// depth bound since 00015), and the costliest shape within the bounds, 64
+// levels each with 80 such keys (62 KB).
+func guardPayloads() map[string][]byte {
+	var wide strings.Builder
+	for d := 0; d < 64; d++ { // MaxPayloadDepth
+		wide.WriteString("{")
+		for k := 0; k < 80; k++ {
+			fmt.Fprintf(&wide, `"keyx%d":1,`, k)
+		}
+		wide.WriteString(`"keyx":`)
+	}
+	wide.WriteString("1" + strings.Repeat("}", 64))
+	return map[string][]byte{
+		"deep5000": []byte(strings.Repeat(`{"keyx":`, 5000) + "1" + strings.Repeat("}", 5000)),
+		"wide64":   []byte(wide.String()),
+	}
+}
+
+// BenchmarkPayloadGuardDeep measures the payload guard on guardPayloads:
+// Go's (encodePayload, no database) and the SQL API's (pgoutbox.enqueue in
+// a savepoint, round trip included), whether it accepts or refuses.
+//
+//	go test -run '^$' -bench BenchmarkPayloadGuardDeep -benchtime 3x .
+func BenchmarkPayloadGuardDeep(b *testing.B) {
+	pool, ctx := diffPool(b)
+	payloads := guardPayloads()
+	for _, name := range []string{"deep5000", "wide64"} {
+		raw := payloads[name]
+		b.Run("go/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				_, _ = encodePayload(json.RawMessage(raw))
+			}
+		})
+		b.Run("sql/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			for b.Loop() {
+				_ = inSavepoint(ctx, tx, func(sp pgx.Tx) error {
+					_, err := sp.Exec(ctx, `SELECT pgoutbox.enqueue('q', 't', 'bench', $1::text::json)`, string(raw))
+					return err
+				})
+			}
+		})
+	}
+}
