@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -193,5 +194,71 @@ func TestSQLEnqueueDuplicateKeyNeedsTheGrant(t *testing.T) {
 	}
 	if after := b.rowJSON(t, id); after != before {
 		t.Fatalf("a duplicate changed the row:\n%s\n%s", before, after)
+	}
+}
+
+// TestAnyLanguageGrantsExample runs the grants example of
+// docs/any-language.md ("Grants: which queues and types") statement by
+// statement, in one session, as the owner: the statements marked
+// "-- refused: 42501" must be refused with that SQLSTATE, every other one
+// must succeed, and the granted effects are written. The example's role is
+// renamed for the run (roles belong to the cluster).
+func TestAnyLanguageGrantsExample(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	doc, err := os.ReadFile("docs/any-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- grants example -->\n```sql\n")
+	if block, _, ok = strings.Cut(block, "```"); !ok {
+		t.Fatal("docs/any-language.md has no grants example block")
+	}
+	role := fmt.Sprintf("shop_app_%d", time.Now().UnixNano())
+	block = strings.ReplaceAll(block, "shop_app", role)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := b.pool.Exec(ctx, `DROP ROLE IF EXISTS `+role); err != nil {
+			t.Errorf("drop role: %v", err)
+		}
+	})
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer func() { _, _ = conn.Exec(b.ctx, `RESET ROLE`) }()
+	refusals := 0
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		sql, comment, _ := strings.Cut(line, "--")
+		if sql = strings.TrimSpace(sql); sql == "" {
+			continue
+		}
+		_, err := conn.Exec(b.ctx, sql)
+		if want, refused := strings.CutPrefix(strings.TrimSpace(comment), "refused: "); refused {
+			refusals++
+			if pgCode(err) != want {
+				t.Fatalf("%s: %v, want %s", sql, err, want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if refusals != 2 {
+		t.Fatalf("%d refusals in the example, want 2", refusals)
+	}
+	got := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE (queue, effect_type) IN (('emails', 'email.receipt'), ('refunds', 'refund.request'))`)
+	if n := b.count(t); n != 2 || got != 2 {
+		t.Fatalf("%d effects (%d granted), want the 2 granted", n, got)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.enqueue_grants WHERE grantee = $1`, role); n != 1 {
+		t.Fatalf("%d grants left, want the emails grant", n)
+	}
+	// Grants belong to the database; the example's role may go.
+	if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.revoke_enqueue($1, 'emails')`, role); err != nil {
+		t.Fatal(err)
 	}
 }
