@@ -5,8 +5,10 @@
 // the record's current state and projects it (docs/projection.md).
 //
 // The database role of the app needs INSERT/UPDATE on
-// storage_documents.records and membership in pgoutbox_enqueuer, nothing on
-// the engine's tables: GRANT pgoutbox_enqueuer TO metamuseum_app;
+// storage_documents.records, membership in pgoutbox_enqueuer and the owner's
+// grant of the projection's queue and type, nothing on the engine's tables:
+//   GRANT pgoutbox_enqueuer TO metamuseum_app;
+//   SELECT pgoutbox.grant_enqueue('metamuseum_app', 'outbox_events', 'record.upsert');
 import { createHash } from "node:crypto";
 
 import pg from "pg";
