@@ -210,8 +210,9 @@ func TestAnyLanguageGrantsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(doc), "<!-- grants example -->\n```sql\n")
-	if block, _, ok = strings.Cut(block, "```"); !ok {
+	_, after, found := strings.Cut(string(doc), "<!-- grants example -->\n```sql\n")
+	block, _, closed := strings.Cut(after, "```")
+	if !found || !closed {
 		t.Fatal("docs/any-language.md has no grants example block")
 	}
 	role := fmt.Sprintf("shop_app_%d", time.Now().UnixNano())
