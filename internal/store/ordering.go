@@ -107,27 +107,39 @@ func BlockedKeys(ctx context.Context, db DBTX, queue string, stuckOnly bool, lim
 
 // parkSQL parks (migration 00014) up to $2 available, unparked ordered
 // effects of queue $1 (empty: every queue) that have a blocking predecessor
-// and at least $3 (>= 1) earlier effects of their key not completed: their
-// due time moves to parked_due_at and available_at becomes 'infinity', out
-// of the claim's range. For each it holds a share lock on one blocking
-// predecessor until it commits, taken SKIP LOCKED: the parker never waits,
-// and a predecessor another transaction is changing (completing, failing)
-// is not used. That lock is what makes a park safe: a transaction that
-// later changes the predecessor waits for the parker to commit, so its
-// un-park trigger (effects_unpark_next) sees the parked row. Under READ
-// COMMITTED a predecessor changed after this statement's snapshot is
-// re-read when locked and dropped if it no longer blocks.
+// and either a stuck one (stuckSQL: a strict dead letter or a
+// reconciliation record, which only an operator clears) or at least $3
+// (>= 1) earlier effects of their key not completed: their due time moves
+// to parked_due_at and available_at becomes 'infinity', out of the claim's
+// range. The limit counts only effects that pass those tests, so a batch of
+// ordered effects that are not blocked cannot crowd out the blocked ones.
+// For each it holds a share lock on one blocking predecessor until it
+// commits, taken SKIP LOCKED: the parker never waits, and a predecessor
+// another transaction is changing (completing, failing) is not used. That
+// lock is what makes a park safe: a transaction that later changes the
+// predecessor waits for the parker to commit, so its un-park trigger
+// (effects_unpark_next) sees the parked row. Under READ COMMITTED a
+// predecessor changed after this statement's snapshot is re-read when
+// locked and dropped if it no longer blocks.
 const parkSQL = `
 WITH ranked AS (
     -- One pass over the ordered effects that are not completed
-    -- (effects_ordering_idx order): each row's position in its key.
+    -- (effects_ordering_idx order): each row's position in its key, and
+    -- whether an earlier row of the key blocks it, or is stuck.
     SELECT r.id FROM (
-        SELECT e.id, e.state, e.parked_due_at,
-            row_number() OVER (PARTITION BY e.queue, e.ordering_key ORDER BY e.id) - 1 AS earlier
-        FROM pgoutbox.effects e
-        WHERE e.ordering_key IS NOT NULL AND e.state <> 'completed' AND ($1 = '' OR e.queue = $1)
+        SELECT b.id, b.state, b.parked_due_at,
+            row_number() OVER w - 1 AS earlier,
+            coalesce(bool_or(b.blocks) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false) AS blocked,
+            coalesce(bool_or(b.stuck) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false) AS stuck
+        FROM (
+            SELECT p.id, p.queue, p.ordering_key, p.state, p.parked_due_at,
+                ` + blocksSQL + ` AS blocks, ` + stuckSQL + ` AS stuck
+            FROM pgoutbox.effects p
+            WHERE p.ordering_key IS NOT NULL AND p.state <> 'completed' AND ($1 = '' OR p.queue = $1)
+        ) b
+        WINDOW w AS (PARTITION BY b.queue, b.ordering_key ORDER BY b.id)
     ) r
-    WHERE r.earlier >= $3 AND r.state = 'available' AND r.parked_due_at IS NULL
+    WHERE r.state = 'available' AND r.parked_due_at IS NULL AND r.blocked AND (r.stuck OR r.earlier >= $3)
     LIMIT $2
 ), cand AS (
     SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
@@ -151,15 +163,20 @@ FROM blocked x
 WHERE e.id = x.id AND e.state = 'available' AND e.parked_due_at IS NULL
 RETURNING e.id`
 
-// ParkBehindDefault is the Park threshold the sweeper uses: an effect is
-// parked only behind at least 32 earlier effects of its key that are not
-// completed. A short backlog costs the claim a few probes, and parking it
+// ParkBehindDefault is the Park threshold the sweeper uses for a key whose
+// head is in delivery or retrying: an effect of it is parked only behind at
+// least 32 earlier effects of its key that are not completed. Such a short
+// backlog drains soon and costs the claim a few probes, and parking it
 // would cost two updates per effect (park, un-park); the claim walks at
-// most this many waiting effects of a key before the parked rest.
+// most this many waiting effects of such a key before the parked rest. The
+// followers of a stuck head (stuckSQL) are parked whatever their number:
+// they may wait for days, and thousands of such keys would otherwise cost
+// every claim of their queue up to 31 probes each.
 const ParkBehindDefault = 32
 
 // Park parks up to limit ordered effects of queue ("" for every queue) that
-// wait behind a blocking predecessor of their key and behind at least
+// wait behind a blocking predecessor of their key and either behind a stuck
+// one (a strict dead letter or a reconciliation record) or behind at least
 // behind (>= 1) earlier effects of the key that are not completed, so the
 // claim scan no longer reaches them (migration 00014), and returns how many
 // it parked. They are un-parked when they become the first blocking effect

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -304,5 +305,126 @@ func TestParkBehindThreshold(t *testing.T) {
 		if p, _ := parkState(ctx, t, pool, id); p != (i == 3) {
 			t.Fatalf("effect %d (position %d): parked %v", id, i, p)
 		}
+	}
+}
+
+// claimWalked runs the claim of one effect of queue under EXPLAIN ANALYZE
+// (in a transaction it rolls back) and returns the rows the claim index
+// scan yielded and then filtered out: the ordered effects the claim probed
+// and found blocked before it reached a claimable one.
+func claimWalked(ctx context.Context, t *testing.T, pool *pgxpool.Pool, queue string) (walked int64, claimed int64) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var plan []map[string]any
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+claimSQL, queue, 1, "w", 60.0, 1).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Index Name"] == "effects_claim_idx" {
+			if v, ok := n["Rows Removed by Filter"].(float64); ok {
+				walked += int64(v)
+			}
+		}
+		if n["Node Type"] == "ModifyTable" {
+			claimed = int64(n["Actual Rows"].(float64))
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			walk(k.(map[string]any))
+		}
+	}
+	walk(plan[0]["Plan"].(map[string]any))
+	return walked, claimed
+}
+
+// The followers of a key whose head waits for an operator (a strict dead
+// letter, a reconciliation record) are parked however few they are, so a
+// claim of an unordered effect enqueued after them probes none of them;
+// the followers of a head that is only retrying keep the threshold.
+func TestParkBehindStuckHeadIgnoresThreshold(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const keys, followers = 40, 5
+	var stuck, retrying []int64
+	for k := range keys {
+		ids := insertOrdered(ctx, t, pool, "q", fmt.Sprintf("k%02d", k), 1+followers)
+		state := "dead_letter"
+		if k%2 == 1 {
+			state = "reconciliation_required"
+		}
+		if _, err := pool.Exec(ctx, `UPDATE pgoutbox.effects SET state = $2::pgoutbox.effect_state WHERE id = $1`, ids[0], state); err != nil {
+			t.Fatal(err)
+		}
+		stuck = append(stuck, ids[1:]...)
+	}
+	// A head in its backoff: its followers wait, but not for an operator.
+	ids := insertOrdered(ctx, t, pool, "q", "retrying", 1+followers)
+	if _, err := pool.Exec(ctx, `UPDATE pgoutbox.effects SET attempts = 1, available_at = now() + interval '1 hour' WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	retrying = ids[1:]
+	free, err := Insert(ctx, pool, []NewEffect{{Queue: "q", Type: "t", Key: "free", Payload: []byte(`{}`), MaxAttempts: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if walked, _ := claimWalked(ctx, t, pool, "q"); walked != int64(len(stuck)+len(retrying)) {
+		t.Fatalf("before parking the claim walked %d blocked effects, want %d", walked, len(stuck)+len(retrying))
+	}
+	n, err := Park(ctx, pool, "", ParkBehindDefault, 1000)
+	if err != nil || n != int64(len(stuck)) {
+		t.Fatalf("Park = %d, %v; want the %d followers of the stuck heads", n, err, len(stuck))
+	}
+	for _, id := range stuck {
+		if p, r := parkState(ctx, t, pool, id); !p || r {
+			t.Fatalf("follower %d of a stuck head: parked %v, in the claim range %v", id, p, r)
+		}
+	}
+	for _, id := range retrying {
+		if p, _ := parkState(ctx, t, pool, id); p {
+			t.Fatalf("follower %d of a retrying head (%d earlier) was parked", id, ParkBehindDefault)
+		}
+	}
+	if walked, claimed := claimWalked(ctx, t, pool, "q"); walked != int64(len(retrying)) || claimed != 1 {
+		t.Fatalf("after parking the claim walked %d blocked effects and claimed %d; want %d (the retrying key's) and 1",
+			walked, claimed, len(retrying))
+	}
+	c, err := Claim(ctx, pool, "q", "w", 1, time.Minute)
+	if err != nil || len(c) != 1 || c[0].ID != free[0].ID {
+		t.Fatalf("claim = %+v, %v; want the unordered effect %d", c, err, free[0].ID)
+	}
+}
+
+// Park's limit counts only effects it can park: a batch's worth of ordered
+// effects that are not blocked (each behind a move-on dead letter only)
+// ranked before a blocked one does not keep it from being parked.
+func TestParkLimitCountsBlockedOnly(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := SetOrderingTypes(ctx, pool, []string{"t"}, []bool{true}); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 10
+	for k := range limit {
+		ids := insertOrdered(ctx, t, pool, "q", fmt.Sprintf("a%02d", k), 2)
+		if _, err := pool.Exec(ctx, `UPDATE pgoutbox.effects SET state = 'dead_letter' WHERE id = $1`, ids[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := insertOrdered(ctx, t, pool, "q", "z", 2)
+	n, err := Park(ctx, pool, "q", 1, limit)
+	if err != nil || n != 1 {
+		t.Fatalf("Park(limit %d) = %d, %v; want 1 (the blocked follower of key z)", limit, n, err)
+	}
+	if p, _ := parkState(ctx, t, pool, ids[1]); !p {
+		t.Fatalf("the blocked follower %d was not parked", ids[1])
 	}
 }

@@ -289,6 +289,11 @@ const blocksSQL = `(p.state <> 'dead_letter' OR NOT EXISTS (
         SELECT 1 FROM pgoutbox.ordering_types t
         WHERE t.effect_type = p.effect_type AND t.dead_letter_moves_on))`
 
+// stuckSQL is true when the effect p blocks the later effects of its key
+// (blocksSQL) until an operator acts: a strict dead letter (replay it) or a
+// reconciliation record (resolve it). BlockedKey.Stuck is its Go twin.
+const stuckSQL = `(p.state IN ('dead_letter', 'reconciliation_required') AND ` + blocksSQL + `)`
+
 // blockingEarlierSQL is true when p is an earlier effect (lower id) of e's
 // queue and ordering key that blocks it (blocksSQL); its range is that of
 // effects_ordering_idx, which holds only the ordered effects that are not
