@@ -312,7 +312,7 @@ func TestParkBehindThreshold(t *testing.T) {
 // (in a transaction it rolls back) and returns the rows the claim index
 // scan yielded and then filtered out: the ordered effects the claim probed
 // and found blocked before it reached a claimable one.
-func claimWalked(ctx context.Context, t *testing.T, pool *pgxpool.Pool, queue string) (walked int64, claimed int64) {
+func claimWalked(ctx context.Context, t testing.TB, pool *pgxpool.Pool, queue string) (walked int64, claimed int64) {
 	t.Helper()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
