@@ -114,3 +114,124 @@ func TestOrderedCompletionWakesClaims(t *testing.T) {
 		b.waitEvent(t, w, id, "completed")
 	}
 }
+
+// A replayed move-on dead letter is delivered after the effect of its key
+// that overtook it and is still in delivery, never beside it: A (move-on)
+// dead-letters, B (strict, same key) starts a handler that blocks, A is
+// replayed; a claim that runs meanwhile (an unordered effect enqueued
+// afterwards is delivered) does not deliver A, and A starts only after B's
+// handler returned. Under a row lock B's delivery holds no durable lease
+// (the hold outlasts the test), so the replay itself waits for B's claim
+// transaction to end; under durable leases the claim skips A while B is
+// leased.
+func TestReplayedMoveOnWaitsForOvertakingDelivery(t *testing.T) {
+	t.Parallel()
+	for _, mode := range leaseModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			hold := mode.hold
+			if hold > 0 {
+				hold = 5 * time.Minute // B stays under its row lock until it returns
+			}
+			var mu sync.Mutex
+			var order []string
+			note := func(s string) {
+				mu.Lock()
+				defer mu.Unlock()
+				order = append(order, s)
+			}
+			bStarted, bRelease := make(chan struct{}), make(chan struct{})
+			var releaseOnce sync.Once
+			releaseB := func() { releaseOnce.Do(func() { close(bRelease) }) }
+			aStarted := make(chan struct{}, 1)
+			failedOnce := false
+			c := b.startClient(t, pgoutbox.Config{
+				LeaseDuration: time.Hour,
+				Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 4, RowLockLease: hold,
+					DeliveryTimeout: 10 * time.Minute}},
+				Types: []pgoutbox.EffectType{
+					{Name: "moveon", ReplaySafe: true, OrderingMovesOn: true, Handler: func(context.Context, *pgoutbox.Delivery) error {
+						mu.Lock()
+						first := !failedOnce
+						failedOnce = true
+						mu.Unlock()
+						if first {
+							return pgoutbox.Permanent(errors.New("422"))
+						}
+						note("A start")
+						aStarted <- struct{}{}
+						return nil
+					}},
+					{Name: "strict", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+						if d.Key != "B" {
+							return nil
+						}
+						note("B start")
+						close(bStarted)
+						select {
+						case <-bRelease:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+						note("B end")
+						return nil
+					}},
+				},
+			})
+			t.Cleanup(releaseB) // before the Client's Stop: cleanups run last first
+			w := watch(t, c)
+			a := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "moveon", Key: "A", OrderingKey: "k"})[0]
+			b.waitEvent(t, w, a, "dead_letter")
+			bID := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "strict", Key: "B", OrderingKey: "k"})[0]
+			select {
+			case <-bStarted:
+			case <-b.ctx.Done():
+				t.Fatal("B never started")
+			}
+			replayed := make(chan error, 1)
+			go func() {
+				_, err := ops.ReplayDeadLetters(b.ctx, b.pool, ops.ReplayOptions{IDs: []int64{a}})
+				replayed <- err
+			}()
+			// The replay has committed, or waits for a lock (B's row lock).
+			var replayErr error
+			done := false
+			b.waitFor(t, "the replay to commit or wait", func() bool {
+				select {
+				case replayErr = <-replayed:
+					done = true
+					return true
+				default:
+				}
+				return b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND wait_event_type = 'Lock' AND query LIKE '%replay_dead_letters%'`) > 0
+			})
+			if replayErr != nil {
+				t.Fatal(replayErr)
+			}
+			// A claim after the replay: the unordered effect enqueued now
+			// is delivered; A, due before it, is not.
+			free := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "strict", Key: "free"})[0]
+			b.waitEvent(t, w, free, "completed")
+			select {
+			case <-aStarted:
+				t.Fatalf("the replayed A was delivered while B, of its key, was in delivery (%s)", mode.name)
+			default:
+			}
+			releaseB()
+			if !done {
+				if err := <-replayed; err != nil {
+					t.Fatal(err)
+				}
+			}
+			b.waitEvent(t, w, bID, "completed")
+			b.waitEvent(t, w, a, "completed")
+			mu.Lock()
+			defer mu.Unlock()
+			if got := fmt.Sprint(order); got != "[B start B end A start]" {
+				t.Fatalf("delivered %s, want B to end before the replayed A starts", got)
+			}
+		})
+	}
+}

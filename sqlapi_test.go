@@ -411,6 +411,8 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 		`UPDATE pgoutbox.effects SET state = 'completed'`,
 		`DELETE FROM pgoutbox.effects`,
 		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}')`,
+		// It runs with the caller's privileges (migration 00016).
+		`SELECT * FROM pgoutbox.replay_dead_letters('{}', '', '', 10)`,
 	} {
 		refused("pgoutbox_enqueuer", sql)
 	}

@@ -730,6 +730,75 @@ CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time
     END)::pgoutbox.effect_state
 $$;
 
+CREATE FUNCTION pgoutbox.replay_dead_letters(p_ids bigint[], p_queue text, p_type text, p_limit integer) RETURNS TABLE(id bigint, queue text, effect_type text, state text)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids   bigint[];
+    v_next  bigint;
+    v_state text;
+    r       record;
+BEGIN
+    SELECT array_agg(x.id ORDER BY x.id) INTO v_ids FROM (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.state = 'dead_letter'
+          AND (cardinality(p_ids) = 0 OR e.id = ANY(p_ids))
+          AND (p_queue = '' OR e.queue = p_queue) AND (p_type = '' OR e.effect_type = p_type)
+        ORDER BY e.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED) x;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The move-on dead letters among them: no new effect of their keys
+    -- commits before this transaction does (pgoutbox.ordering_lock, in one
+    -- canonical order) ...
+    PERFORM pgoutbox.ordering_lock(array_agg(e.queue), array_agg(e.ordering_key))
+    FROM pgoutbox.effects e
+    WHERE e.id = ANY(v_ids) AND e.ordering_key IS NOT NULL
+      AND EXISTS (SELECT 1 FROM pgoutbox.ordering_types t
+                  WHERE t.effect_type = e.effect_type AND t.dead_letter_moves_on);
+
+    -- ... and each key's first blocking effect after the dead letter is
+    -- leased (the claim waits for it), not available, or available and
+    -- locked here, after any claim transaction that held it has ended.
+    FOR r IN
+        SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
+        WHERE e.id = ANY(v_ids) AND e.ordering_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM pgoutbox.ordering_types t
+                      WHERE t.effect_type = e.effect_type AND t.dead_letter_moves_on)
+        ORDER BY e.id
+    LOOP
+        LOOP
+            SELECT p.id, p.state::text INTO v_next, v_state FROM pgoutbox.effects p
+            WHERE p.queue = r.queue AND p.ordering_key = r.ordering_key AND p.id > r.id
+              AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+              AND (p.state <> 'dead_letter' OR NOT EXISTS (
+                    SELECT 1 FROM pgoutbox.ordering_types t
+                    WHERE t.effect_type = p.effect_type AND t.dead_letter_moves_on))
+            ORDER BY p.id
+            LIMIT 1;
+            EXIT WHEN NOT FOUND OR v_state <> 'available';
+            PERFORM 1 FROM pgoutbox.effects p WHERE p.id = v_next AND p.state::text = 'available' FOR KEY SHARE OF p;
+            EXIT WHEN FOUND;
+        END LOOP;
+    END LOOP;
+
+    RETURN QUERY
+    WITH moved AS (
+        UPDATE pgoutbox.effects e
+        SET state = 'available', attempts = 0, available_at = now(),
+            dead_lettered_at = NULL, delivery_started_at = NULL
+        WHERE e.id = ANY(v_ids) AND e.state::text = 'dead_letter'
+        RETURNING e.id, e.queue, e.effect_type, e.state::text AS state
+    )
+    SELECT m.id, m.queue, m.effect_type, m.state FROM moved m ORDER BY m.id;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effect_type text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -959,6 +1028,8 @@ CREATE INDEX effects_claim_idx ON pgoutbox.effects USING btree (queue, available
 CREATE INDEX effects_completed_idx ON pgoutbox.effects USING btree (completed_at) WHERE (state = 'completed'::pgoutbox.effect_state);
 
 CREATE INDEX effects_lease_expiry_idx ON pgoutbox.effects USING btree (lease_expires_at) WHERE (state = 'leased'::pgoutbox.effect_state);
+
+CREATE INDEX effects_ordered_leases_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE ((ordering_key IS NOT NULL) AND (state = 'leased'::pgoutbox.effect_state));
 
 CREATE INDEX effects_ordering_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE ((ordering_key IS NOT NULL) AND (state <> 'completed'::pgoutbox.effect_state));
 

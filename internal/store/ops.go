@@ -192,27 +192,27 @@ type Moved struct {
 	HeldFor float64
 }
 
+// replaySQL runs pgoutbox.replay_dead_letters (migration 00016), in the
+// shape collectMoved scans.
 const replaySQL = `
-WITH picked AS (
-    SELECT id FROM pgoutbox.effects
-    WHERE state = 'dead_letter'
-      AND (cardinality($1::bigint[]) = 0 OR id = ANY($1::bigint[]))
-      AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR effect_type = $3)
-    ORDER BY id
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE pgoutbox.effects e
-SET state = 'available', attempts = 0, available_at = now(),
-    dead_lettered_at = NULL, delivery_started_at = NULL
-FROM picked
-WHERE e.id = picked.id AND e.state::text = 'dead_letter'
-RETURNING e.id, e.queue, e.effect_type, e.state::text, '', 0::float8`
+SELECT r.id, r.queue, r.effect_type, r.state, '', 0::float8
+FROM pgoutbox.replay_dead_letters($1::bigint[], $2::text, $3::text, $4::int) r`
 
 // ReplayDeadLetters moves up to limit dead letters (all, or those in ids,
 // narrowed by f) back to available with fresh attempts, oldest id first. Only
 // dead_letter rows match: reconciliation records are never touched. Run it in
 // a transaction with NotifyQueues so workers wake at once.
+//
+// A replayed move-on dead letter (EffectType.OrderingMovesOn) goes back to
+// the head of its key, ahead of the effects that overtook it and are not
+// completed, but after the one of them in delivery, if any: the claim skips
+// it while a later effect of its key is leased (notOvertakenSQL), and for a
+// delivery under a row lock, which leaves its row available, the replay
+// waits until that claim transaction has ended (at most the queue's
+// RowLockLease) and holds a key-share lock on the key's first blocking
+// effect after the dead letter until it commits, so no claim takes it
+// meanwhile; it also holds the ordering locks of those keys, so ordered
+// enqueues to them wait for the replay.
 func ReplayDeadLetters(ctx context.Context, db DBTX, ids []int64, f OpsFilter, limit int) ([]Moved, error) {
 	if ids == nil {
 		ids = []int64{}

@@ -53,7 +53,9 @@ func planShape(p string) string {
 // A queue without ordered effects is claimed with the plan it had before
 // ordering existed: the claim index in (available_at, id) order, the
 // head-of-line check a filter never evaluated for its rows. An ordered queue
-// checks each candidate with one probe of effects_ordering_idx.
+// checks each candidate with one probe of effects_ordering_idx (an earlier
+// effect blocks) and one of effects_ordered_leases_idx (a later one is
+// leased).
 func TestClaimPlanUnchangedWithoutOrderedEffects(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewPool(t)
@@ -82,6 +84,9 @@ func TestClaimPlanUnchangedWithoutOrderedEffects(t *testing.T) {
 	ordered := explain(ctx, t, pool, "ordered claim", claimSQL, "o", 10, "w", 60.0, 1)
 	if !strings.Contains(ordered, "effects_ordering_idx") || strings.Contains(ordered, "Seq Scan on effects") {
 		t.Fatalf("the head-of-line check does not probe effects_ordering_idx:\n%s", ordered)
+	}
+	if !strings.Contains(ordered, "effects_ordered_leases_idx") {
+		t.Fatalf("the check for a later leased effect does not probe effects_ordered_leases_idx:\n%s", ordered)
 	}
 	blocked := explain(ctx, t, pool, "blocked keys", blockedKeysSQL, "", false, 100)
 	if strings.Contains(blocked, "Seq Scan on effects") || !strings.Contains(blocked, "effects_ordering_idx") {

@@ -269,13 +269,14 @@ type Claimed struct {
 // and skipping rows another claimer holds. $1 queue, $2 limit.
 //
 // An effect with an ordering key is claimable only at the head of its key
-// (headOfLineSQL). The check is a filter on the rows the claim index
+// (headOfLineSQL) and while no later effect of its key is leased
+// (notOvertakenSQL). The checks are a filter on the rows the claim index
 // yields, evaluated only for rows whose ordering_key is set: a queue
 // without ordered effects keeps the plan it had before migration 00013.
 const claimableSQL = `
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
-      AND (e.ordering_key IS NULL OR ` + headOfLineSQL + `)
+      AND (e.ordering_key IS NULL OR (` + headOfLineSQL + ` AND ` + notOvertakenSQL + `))
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED`
@@ -308,6 +309,19 @@ const blockingEarlierSQL = `p.queue = e.queue AND p.ordering_key = e.ordering_ke
 const headOfLineSQL = `NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
         WHERE ` + blockingEarlierSQL + `)`
+
+// notOvertakenSQL is true when no later effect (higher id) of e's queue and
+// ordering key is leased: one probe of effects_ordered_leases_idx
+// (migration 00016), which holds only the leased ordered effects. A later
+// effect is in delivery while e waits only when e is a move-on dead letter
+// that was replayed after the key moved on: e is then delivered after that
+// delivery, never beside it. (A later effect delivered under a row lock is
+// not leased; the replay waits for its claim transaction instead, see
+// ReplayDeadLetters.)
+const notOvertakenSQL = `NOT EXISTS (
+        SELECT 1 FROM pgoutbox.effects p
+        WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id > e.id
+          AND p.ordering_key IS NOT NULL AND p.state = 'leased')`
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
