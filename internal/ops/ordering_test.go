@@ -16,10 +16,10 @@ func TestCommandBlockedKeys(t *testing.T) {
 	b := setup(t)
 	ids := seed(t, b.ctx, b.pool,
 		eff{queue: "q", typ: "t", state: "dead_letter", attempts: 8, completedAgo: 50, lastError: "boom"},
-		eff{queue: "q", typ: "t", state: "available", availableAgo: 40},
-		eff{queue: "q", typ: "t", state: "available", availableAgo: 30},
+		eff{queue: "q", typ: "t", state: "available", availableAgo: 4000},
+		eff{queue: "q", typ: "t", state: "available", availableAgo: 3000},
 		eff{queue: "q", typ: "t", state: "leased", attempts: 1, leasedAgo: 5},
-		eff{queue: "q", typ: "t", state: "available", availableAgo: 20},
+		eff{queue: "q", typ: "t", state: "available", availableAgo: 200},
 		eff{queue: "q", typ: "t", state: "available", availableAgo: 10}, // alone on its key: not blocked
 		eff{queue: "q", typ: "t", state: "available", availableAgo: 10}, // no key
 	)
@@ -51,14 +51,15 @@ func TestCommandBlockedKeys(t *testing.T) {
 	}
 	columnsAligned(t, strings.SplitN(r.stdout, "\n1 blocked", 2)[0])
 	// --check fails (3) only for the keys whose oldest waiting effect is
-	// older than --max-blocked: rec-1's waited 40 s, rec-2's 20 s.
-	if r := b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "1m"); r.code != 0 {
-		t.Fatalf("blocked-keys --check --max-blocked 1m: %d %s", r.code, r.stderr)
+	// older than --max-blocked: rec-1's waited 4,000 s, rec-2's 200 s (far
+	// apart, so a slow machine cannot move one across a threshold).
+	if r := b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "3h"); r.code != 0 {
+		t.Fatalf("blocked-keys --check --max-blocked 3h: %d %s", r.code, r.stderr)
 	}
-	r = b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "30s")
-	if r.code != 3 || !strings.Contains(r.stderr, "1 key(s) blocked longer than 30s: q/rec-1 (") ||
+	r = b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "30m")
+	if r.code != 3 || !strings.Contains(r.stderr, "1 key(s) blocked longer than 30m0s: q/rec-1 (") ||
 		strings.Contains(r.stderr, "rec-2") || !strings.Contains(r.stdout, "rec-2") {
-		t.Fatalf("blocked-keys --check --max-blocked 30s: %d\n%s%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("blocked-keys --check --max-blocked 30m: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := b.run(t, nil, "blocked-keys", "--check", "--max-blocked", "10s", "--json"); r.code != 3 ||
 		!strings.Contains(r.stderr, "2 key(s)") || !strings.HasPrefix(r.stdout, "{") {
