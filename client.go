@@ -206,8 +206,9 @@ func (c *Client) park(ctx context.Context) error {
 // Prune deletes completed effects older than CompletedRetention in batches of
 // PruneBatch and returns how many it deleted; then it deletes, in batches of
 // PruneBatch too, the idempotency keys older than KeyRetention whose effect
-// is gone, and the NOTIFY limiter's notify_pending rows of backends that are
-// no longer live (neither counted in the result).
+// is gone, the NOTIFY limiter's notify_pending rows of backends that are
+// no longer live, and the records of row-lock batches that died holding
+// effects which have all moved on since (none counted in the result).
 func (c *Client) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for {
@@ -233,6 +234,15 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 		n, err := store.PruneNotifyPending(ctx, c.pool, c.cfg.PruneBatch)
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: prune notify_pending: %w", err)
+		}
+		if n < int64(c.cfg.PruneBatch) {
+			break
+		}
+	}
+	for {
+		n, err := store.PruneLockClaims(ctx, c.pool, c.cfg.PruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("pgoutbox: prune lock_claims: %w", err)
 		}
 		if n < int64(c.cfg.PruneBatch) {
 			return total, nil

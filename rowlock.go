@@ -2,6 +2,7 @@ package pgoutbox
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,9 +51,10 @@ import (
 
 // lockBatch is one open claim transaction of a queue in row-lock mode.
 type lockBatch struct {
-	q     *queueWorker
-	tx    pgx.Tx
-	timer *time.Timer
+	q      *queueWorker
+	tx     pgx.Tx
+	record int64 // the batch's pgoutbox.lock_claims row (store.RecordLockClaim)
+	timer  *time.Timer
 
 	mu      sync.Mutex
 	pending int             // in-transaction deliveries still running, +1 while starting
@@ -102,8 +104,22 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		_ = tx.Rollback(cctx)
 		return 0, err
 	}
+	ids := make([]int64, len(claimed))
+	for i, cl := range claimed {
+		ids[i] = cl.ID
+	}
+	record, crashed, err := store.RecordLockClaim(cctx, q.c.pool, q.name, ids)
+	if err != nil {
+		_ = tx.Rollback(cctx)
+		return 0, err
+	}
+	for i := range claimed {
+		if slices.Contains(crashed, claimed[i].ID) {
+			claimed[i].Suspect = true
+		}
+	}
 	b := &lockBatch{
-		q: q, tx: tx, pending: 1,
+		q: q, tx: tx, record: record, pending: 1,
 		running: make(map[int64]*inTx, len(claimed)),
 		closed:  make(chan struct{}),
 	}
@@ -201,19 +217,11 @@ func (b *lockBatch) close() {
 
 	ctx, cancel := finishCtx(q.c.life.Work())
 	defer cancel()
-	var completed store.Completed
-	var leases []store.Claimed
-	var err error
-	if len(done) > 0 {
-		ids := make([]int64, len(done))
-		for i, d := range done {
-			ids[i] = d.ID
-		}
-		completed, err = store.CompleteLocked(ctx, b.tx, ids, q.c.cfg.ID)
+	ids := make([]int64, len(done))
+	for i, d := range done {
+		ids[i] = d.ID
 	}
-	if err == nil && len(promote) > 0 {
-		leases, err = store.Promote(ctx, b.tx, promote, q.c.cfg.ID, q.c.cfg.LeaseDuration)
-	}
+	completed, leases, err := store.CloseLocked(ctx, b.tx, b.record, ids, promote, q.c.cfg.ID, q.c.cfg.LeaseDuration)
 	if err == nil {
 		err = b.tx.Commit(ctx)
 	}

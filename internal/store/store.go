@@ -431,16 +431,6 @@ func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle tim
 
 const promoteSQL = `WITH next AS (SELECT id FROM unnest($1::bigint[]) AS id LIMIT $2)` + leaseSQL
 
-// Promote turns row-locked effects (LockClaim, same tx) into durable leases
-// owned by owner, counting an attempt, so they survive the end of tx.
-func Promote(ctx context.Context, tx pgx.Tx, ids []int64, owner string, lease time.Duration) ([]Claimed, error) {
-	rows, err := tx.Query(ctx, promoteSQL, ids, len(ids), owner, lease.Seconds(), 1)
-	if err != nil {
-		return nil, MapError(err)
-	}
-	return scanClaimed(rows)
-}
-
 // completeLockedSQL runs in the claim transaction, so now() is the claim's
 // time: leased_at and lease_owner record who claimed the effect and when,
 // as they do after a durable lease.
@@ -451,14 +441,92 @@ SET state = 'completed', attempts = e.attempts + 1, leased_at = now(), lease_own
 WHERE e.id = ANY($1) AND e.state::text = 'available'
 RETURNING e.id, extract(epoch FROM statement_timestamp() - e.created_at)::float8`
 
-// CompleteLocked completes row-locked effects (LockClaim, same tx), counting
-// their attempt: one write per effect over its whole delivery.
-func CompleteLocked(ctx context.Context, tx pgx.Tx, ids []int64, owner string) (Completed, error) {
-	rows, err := tx.Query(ctx, completeLockedSQL, ids, owner)
-	if err != nil {
-		return nil, MapError(err)
+// recordLockClaimSQL records the effects a row-lock batch locked
+// (migration 00017), committed on its own with asynchronous commit (a
+// worker's crash cannot lose a commit the server acknowledged; only a
+// server crash can), and returns the record's id and those of the effects
+// that an earlier, unclosed batch also recorded. $1 queue, $2 ids.
+//
+// It runs after the batch's locks are taken, so its snapshot sees the
+// record of any batch that held one of these rows before: that batch
+// committed its record before it delivered anything, and its lock is gone,
+// so it ended without closing (its close deletes its record in the
+// transaction that completes or leases the rows). Its effects were
+// possibly delivered, and their attempt was never counted.
+const recordLockClaimSQL = `
+WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),
+mine AS (
+    INSERT INTO pgoutbox.lock_claims (queue, effect_ids) SELECT $1, $2::bigint[] FROM async RETURNING id
+)
+SELECT (SELECT id FROM mine), ARRAY(
+    SELECT DISTINCT x FROM pgoutbox.lock_claims c CROSS JOIN LATERAL unnest(c.effect_ids) AS x
+    WHERE c.queue = $1 AND c.effect_ids && $2::bigint[] AND x = ANY($2::bigint[]))`
+
+// RecordLockClaim records, outside the claim transaction, the effects ids
+// a row-lock batch of queue locked (LockClaim), and returns the record's id
+// (for CloseLocked) and the ids, among them, that a batch which died
+// holding them recorded before: like LockClaim's suspect rows, they must
+// be promoted before they are delivered. Run it on db (a pool), never on
+// the claim transaction, and deliver nothing before it returns.
+func RecordLockClaim(ctx context.Context, db DBTX, queue string, ids []int64) (int64, []int64, error) {
+	var id int64
+	var crashed []int64
+	if err := db.QueryRow(ctx, recordLockClaimSQL, queue, ids).Scan(&id, &crashed); err != nil {
+		return 0, nil, MapError(err)
 	}
-	return scanCompleted(rows, len(ids))
+	return id, crashed, nil
+}
+
+const forgetLockClaimSQL = `DELETE FROM pgoutbox.lock_claims WHERE id = $1`
+
+// CloseLocked closes a row-lock batch in its claim transaction tx, in one
+// round trip: it completes the effects done (counting their attempt: one
+// write per effect over its whole delivery), turns the effects promote into
+// durable leases owned by owner (counting an attempt, so they survive the
+// end of tx), and deletes the batch's record (RecordLockClaim; 0: none).
+// The caller commits tx.
+func CloseLocked(ctx context.Context, tx pgx.Tx, record int64, done, promote []int64, owner string, lease time.Duration) (Completed, []Claimed, error) {
+	b := &pgx.Batch{}
+	if len(done) > 0 {
+		b.Queue(completeLockedSQL, done, owner)
+	}
+	if len(promote) > 0 {
+		b.Queue(promoteSQL, promote, len(promote), owner, lease.Seconds(), 1)
+	}
+	if record != 0 {
+		b.Queue(forgetLockClaimSQL, record)
+	}
+	if b.Len() == 0 {
+		return nil, nil, nil
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	var completed Completed
+	var leases []Claimed
+	if len(done) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, MapError(err)
+		}
+		if completed, err = scanCompleted(rows, len(done)); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(promote) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, MapError(err)
+		}
+		if leases, err = scanClaimed(rows); err != nil {
+			return nil, nil, err
+		}
+	}
+	if record != 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, MapError(err)
+		}
+	}
+	return completed, leases, MapError(br.Close())
 }
 
 // Fence identifies a lease: the effect, its token and its expected type.
@@ -807,6 +875,33 @@ WHERE pid = ANY(ARRAY(
 // so without this it grows with connection churn.
 func PruneNotifyPending(ctx context.Context, db DBTX, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, pruneNotifyPendingSQL, limit)
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// pruneLockClaimsSQL deletes records of row-lock batches (migration 00017)
+// none of whose effects is still available with no attempt counted: for
+// those effects the record has done its work (they were completed, leased,
+// retried or deleted since). An open batch's effects are available with no
+// attempt until it closes, so its record is kept. $1 limit.
+const pruneLockClaimsSQL = `
+DELETE FROM pgoutbox.lock_claims
+WHERE id = ANY(ARRAY(
+    SELECT c.id FROM pgoutbox.lock_claims c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM pgoutbox.effects e
+        WHERE e.id = ANY(c.effect_ids) AND e.state::text = 'available' AND e.attempts = 0)
+    ORDER BY c.id
+    LIMIT $1
+))`
+
+// PruneLockClaims deletes up to limit records left by row-lock batches that
+// never closed (RecordLockClaim) once none of their effects needs them,
+// and returns how many it deleted.
+func PruneLockClaims(ctx context.Context, db DBTX, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, pruneLockClaimsSQL, limit)
 	if err != nil {
 		return 0, MapError(err)
 	}
