@@ -136,10 +136,11 @@ FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
 ORDER BY i.id
 RETURNING id, queue, idempotency_key`
 
-// orderingLockSQL takes the ordering locks of a batch (migration 00013's
-// pgoutbox.ordering_lock): one transaction-level advisory lock per distinct
-// (queue, stripe of the ordering key; 256 stripes per queue), in one
-// canonical order. Insert runs it before the
+// orderingLockSQL takes the ordering locks of a batch (pgoutbox.ordering_lock,
+// migration 00017): a row lock on each distinct stripe of its (queue,
+// ordering key) pairs (1,024 rows of pgoutbox.ordering_stripes, which only
+// the engine's owner may lock), in stripe order, held until the
+// transaction ends. Insert runs it before the
 // insert statement draws any id, so a transaction enqueuing to a key waits
 // until every other transaction that enqueued to it has ended: the ids of
 // one key's effects are in the commit order of their transactions. $1
