@@ -38,16 +38,22 @@ import (
 // exits the process) writes nothing, so no attempt is counted for the
 // effects it held. Left at that, a poison effect that kills its worker
 // would crash-loop the queue forever, available with attempts = 0 at the
-// head of the claim order. The dead claimer leaves a trace all the same: its
-// row lock is stored in the row (xmax) and stays there. LockClaim reports
-// such a row, and any row attempted before, as suspect, and the batch
-// promotes it instead of delivering it under the lock: it is delivered
-// under a durable lease, which counts the attempt, so a poison is counted
-// from its second crash on and dead-lettered after MaxAttempts like under
-// durable leases (at most MaxAttempts+1 crashes). The check costs nothing
-// on the normal path (xmax is read with the row the claim locks anyway);
-// a retry, a released or recovered effect takes a durable lease (two
-// writes instead of one).
+// head of the claim order. So the batch leaves a trace that survives its
+// worker: before delivering anything it records the ids it locked
+// (store.RecordLockClaim: one row of pgoutbox.lock_claims, committed on
+// another pool connection with asynchronous commit) and deletes the record
+// in the transaction that closes it. A claim that locks a row which an
+// unclosed record names (its batch no longer holds the row, so it died),
+// a row that still carries a dead claimer's lock in its xmax, or one
+// attempted before, reports it as suspect, and the batch promotes it
+// instead of delivering it under the lock: it is delivered under a durable
+// lease, which counts the attempt, so a poison is counted from its second
+// crash on and dead-lettered after MaxAttempts like under durable leases
+// (at most MaxAttempts+1 crashes). xmax alone is not enough: VACUUM
+// (FREEZE), or any vacuum with vacuum_freeze_min_age = 0, erases it. The
+// record costs a batch one round trip before its deliveries start; its
+// delete rides in the close's round trip. A retry, a released or recovered
+// effect takes a durable lease (two writes instead of one).
 
 // lockBatch is one open claim transaction of a queue in row-lock mode.
 type lockBatch struct {

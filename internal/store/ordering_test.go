@@ -148,7 +148,7 @@ func TestOrderedEnqueueIDOrderIsCommitOrder(t *testing.T) {
 	// tx2 waits for tx1's ordering lock: seen in pg_locks, not by sleeping.
 	// Without the lock, tx2 commits b, whose id is above a's, while a is
 	// still uncommitted: a claim now would deliver b first.
-	if !waitForAdvisoryWaiter(ctx, t, pool, errc) {
+	if !waitForLockWaiter(ctx, t, pool, errc) {
 		c, _ := Claim(ctx, pool, "q", "w", 10, time.Minute)
 		t.Fatalf("b committed while a (id %d, lower) was still uncommitted; a claim now takes %+v", first[0].ID, c)
 	}
@@ -191,12 +191,12 @@ func TestOrderedEnqueueIDOrderIsCommitOrder(t *testing.T) {
 	}
 }
 
-func waitForAdvisoryWaiter(ctx context.Context, t *testing.T, pool *pgxpool.Pool, done <-chan error) bool {
+func waitForLockWaiter(ctx context.Context, t *testing.T, pool *pgxpool.Pool, done <-chan error) bool {
 	t.Helper()
 	for {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -292,7 +292,7 @@ func TestOrderingKeyImmutable(t *testing.T) {
 }
 
 // One transaction may enqueue any number of ordering keys: the ordering
-// locks are stripes (at most 256 per queue), not one lock per key, which
+// locks are stripes (at most 1,024 row locks), not one lock per key, which
 // overflowed the server's lock table ("out of shared memory") at 20,000
 // keys.
 func TestOrderedEnqueueManyKeysInOneTransaction(t *testing.T) {
@@ -311,12 +311,14 @@ func TestOrderedEnqueueManyKeysInOneTransaction(t *testing.T) {
 	if _, err := Insert(ctx, tx, effects); err != nil {
 		t.Fatal(err)
 	}
+	// The stripes this transaction locked carry its xid.
 	var locks int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND pid = pg_backend_pid()`).Scan(&locks); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.ordering_stripes
+		WHERE xmax::text::bigint = txid_current() % 4294967296`).Scan(&locks); err != nil {
 		t.Fatal(err)
 	}
-	if locks > 256 {
-		t.Fatalf("%d ordering locks held for 20,000 keys of one queue, want at most 256", locks)
+	if locks == 0 || locks > 1024 {
+		t.Fatalf("%d ordering locks held for 20,000 keys of one queue, want 1 to 1,024 (the stripes)", locks)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -211,7 +211,7 @@ func testOrderedDeliveryUnderFaults(t *testing.T, hold time.Duration) {
 			return true
 		default:
 		}
-		return d.scalar(t, ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) > 0
+		return d.scalar(t, ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
 	})
 	if err := tx1.Commit(ctx); err != nil {
 		t.Fatal(err)
