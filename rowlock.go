@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -19,13 +19,15 @@ import (
 // lease, and no other claimer, sweeper or operator command can move a locked
 // row. The replay-safe effects of the batch are delivered while the
 // transaction is open; the batch closes when all of them have returned or
-// when RowLockLease has passed, whichever comes first. Closing is one
-// transaction: an UPDATE completes every effect whose handler succeeded
-// (available → completed, one tuple write over the effect's whole delivery,
-// where a durable lease costs two), another promotes every other row of the
-// batch (a handler still running, a failure, a success with OnComplete
-// transitions, a type that may not run under a row lock) to an ordinary
-// durable lease, and the commit. From there those effects follow the durable
+// when RowLockLease has passed, whichever comes first. Closing is one round
+// trip (store.CloseLocked): an UPDATE completes every effect whose handler
+// succeeded (available → completed, one tuple write over the effect's whole
+// delivery, where a durable lease costs two), another promotes every other
+// row of the batch (a handler still running, a failure, a success with
+// OnComplete transitions, a type that may not run under a row lock) to an
+// ordinary durable lease, the batch's record is deleted, and the
+// transaction commits. The claim is one round trip too (BEGIN and the
+// SELECT, store.BeginLockClaim). From there those effects follow the durable
 // path (fenced completion, failure routing, lease extension, sweeper).
 //
 // The fence is the lock itself: the completion runs in the transaction that
@@ -52,14 +54,16 @@ import (
 // (at most MaxAttempts+1 crashes). xmax alone is not enough: VACUUM
 // (FREEZE), or any vacuum with vacuum_freeze_min_age = 0, erases it. The
 // record costs a batch one round trip before its deliveries start; its
-// delete rides in the close's round trip. A retry, a released or recovered
+// delete rides in the close's round trip, and the claim's BEGIN and the
+// close's COMMIT ride in theirs, so a batch takes three round trips, one
+// fewer than before the record. A retry, a released or recovered
 // effect takes a durable lease (two writes instead of one).
 
 // lockBatch is one open claim transaction of a queue in row-lock mode.
 type lockBatch struct {
 	q      *queueWorker
-	tx     pgx.Tx
-	record int64 // the batch's pgoutbox.lock_claims row (store.RecordLockClaim)
+	conn   *pgxpool.Conn // holds the claim transaction (store.BeginLockClaim)
+	record int64         // the batch's pgoutbox.lock_claims row (store.RecordLockClaim)
 	timer  *time.Timer
 
 	mu      sync.Mutex
@@ -98,16 +102,16 @@ func maxOpenBatches(c *Client) int64 {
 // under cctx, which Stop does not cancel; a batch locked after Stop began
 // (ctx done) is rolled back at once, which releases its rows untouched.
 func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error) {
-	tx, err := q.c.pool.Begin(cctx)
+	conn, err := q.c.pool.Acquire(cctx)
 	if err != nil {
 		return 0, err
 	}
-	claimed, err := store.LockClaim(cctx, tx, q.name, want, q.c.cfg.LeaseDuration)
+	claimed, err := store.BeginLockClaim(cctx, conn, q.name, want, q.c.cfg.LeaseDuration)
 	if err == nil && len(claimed) > 0 && ctx.Err() != nil {
 		claimed, err = nil, ctx.Err()
 	}
 	if err != nil || len(claimed) == 0 {
-		_ = tx.Rollback(cctx)
+		rollbackLocked(cctx, conn)
 		return 0, err
 	}
 	ids := make([]int64, len(claimed))
@@ -116,7 +120,7 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 	}
 	record, crashed, err := store.RecordLockClaim(cctx, q.c.pool, q.name, ids)
 	if err != nil {
-		_ = tx.Rollback(cctx)
+		rollbackLocked(cctx, conn)
 		return 0, err
 	}
 	for i := range claimed {
@@ -125,7 +129,7 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		}
 	}
 	b := &lockBatch{
-		q: q, tx: tx, record: record, pending: 1,
+		q: q, conn: conn, record: record, pending: 1,
 		running: make(map[int64]*inTx, len(claimed)),
 		closed:  make(chan struct{}),
 	}
@@ -153,6 +157,14 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 	b.mu.Unlock()
 	b.release()
 	return len(claimed), nil
+}
+
+// rollbackLocked ends a claim transaction that will not commit and gives
+// its connection back (a connection left in a transaction, or broken, is
+// closed by the pool instead of reused).
+func rollbackLocked(ctx context.Context, conn *pgxpool.Conn) {
+	_, _ = conn.Exec(ctx, `ROLLBACK`)
+	conn.Release()
 }
 
 // release drops one pending count and closes the batch when it was the last.
@@ -227,12 +239,13 @@ func (b *lockBatch) close() {
 	for i, d := range done {
 		ids[i] = d.ID
 	}
-	completed, leases, err := store.CloseLocked(ctx, b.tx, b.record, ids, promote, q.c.cfg.ID, q.c.cfg.LeaseDuration)
-	if err == nil {
-		err = b.tx.Commit(ctx)
+	completed, leases, err := store.CloseLocked(ctx, b.conn, true, b.record, ids, promote, q.c.cfg.ID, q.c.cfg.LeaseDuration)
+	if err != nil {
+		rollbackLocked(ctx, b.conn)
+	} else {
+		b.conn.Release()
 	}
 	if err != nil {
-		_ = b.tx.Rollback(ctx)
 		q.c.log.Error("row-lock batch did not commit; its effects stay available and will be delivered again",
 			"queue", q.name, "effects", len(done)+len(promote), "err", err)
 		completed, leases = nil, nil

@@ -347,7 +347,7 @@ func TestPromotedLeaseIsWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = time.Minute
-	if _, _, err := CloseLocked(f.ctx, tx, 0, nil, []int64{id}, "w", lease); err != nil {
+	if _, _, err := CloseLocked(f.ctx, tx, false, 0, nil, []int64{id}, "w", lease); err != nil {
 		t.Fatal(err)
 	}
 	var expires, claimedAt time.Time

@@ -407,6 +407,12 @@ const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.
     '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
     e.delivery_started_at, coalesce(e.ordering_key, ''), (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
 
+// Batcher sends a batch of statements in one round trip: a connection or
+// a transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // LockClaim is the claim of a row-lock lease: inside tx it locks up to limit
 // available effects of a queue (oldest first, skipping rows another claimer
 // holds) and writes nothing. The lease is the row lock: it lasts as long as
@@ -414,12 +420,32 @@ const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.
 // Attempt is the attempt a delivery would be; Token is zero. Suspect rows
 // (see lockClaimSQL) must be promoted before they are delivered.
 func LockClaim(ctx context.Context, tx pgx.Tx, queue string, limit int, idle time.Duration) ([]Claimed, error) {
+	return lockClaim(ctx, tx, false, queue, limit, idle)
+}
+
+// BeginLockClaim is LockClaim on a connection that is not in a
+// transaction: it begins the claim transaction in the same round trip.
+// The transaction stays open on conn, whatever the outcome: close it with
+// CloseLocked (or a ROLLBACK).
+func BeginLockClaim(ctx context.Context, conn Batcher, queue string, limit int, idle time.Duration) ([]Claimed, error) {
+	return lockClaim(ctx, conn, true, queue, limit, idle)
+}
+
+func lockClaim(ctx context.Context, db Batcher, begin bool, queue string, limit int, idle time.Duration) ([]Claimed, error) {
 	b := &pgx.Batch{}
+	if begin {
+		b.Queue(`BEGIN`)
+	}
 	b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`,
 		fmt.Sprintf("%dms", idle.Milliseconds()))
 	b.Queue(lockClaimSQL, queue, limit)
-	br := tx.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, b)
 	defer br.Close()
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			return nil, MapError(err)
+		}
+	}
 	if _, err := br.Exec(); err != nil {
 		return nil, MapError(err)
 	}
@@ -480,13 +506,16 @@ func RecordLockClaim(ctx context.Context, db DBTX, queue string, ids []int64) (i
 
 const forgetLockClaimSQL = `DELETE FROM pgoutbox.lock_claims WHERE id = $1`
 
-// CloseLocked closes a row-lock batch in its claim transaction tx, in one
+// CloseLocked closes a row-lock batch in its claim transaction, in one
 // round trip: it completes the effects done (counting their attempt: one
 // write per effect over its whole delivery), turns the effects promote into
 // durable leases owned by owner (counting an attempt, so they survive the
-// end of tx), and deletes the batch's record (RecordLockClaim; 0: none).
-// The caller commits tx.
-func CloseLocked(ctx context.Context, tx pgx.Tx, record int64, done, promote []int64, owner string, lease time.Duration) (Completed, []Claimed, error) {
+// end of the transaction), and deletes the batch's record (RecordLockClaim;
+// 0: none). With commit set, db is the connection BeginLockClaim began the
+// transaction on, and the same round trip commits it: an error means
+// nothing was committed, and the transaction may still be open (aborted)
+// on db. Without, db is the transaction, and the caller commits it.
+func CloseLocked(ctx context.Context, db Batcher, commit bool, record int64, done, promote []int64, owner string, lease time.Duration) (Completed, []Claimed, error) {
 	b := &pgx.Batch{}
 	if len(done) > 0 {
 		b.Queue(completeLockedSQL, done, owner)
@@ -497,10 +526,13 @@ func CloseLocked(ctx context.Context, tx pgx.Tx, record int64, done, promote []i
 	if record != 0 {
 		b.Queue(forgetLockClaimSQL, record)
 	}
+	if commit {
+		b.Queue(`COMMIT`)
+	}
 	if b.Len() == 0 {
 		return nil, nil, nil
 	}
-	br := tx.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	var completed Completed
 	var leases []Claimed
@@ -525,6 +557,16 @@ func CloseLocked(ctx context.Context, tx pgx.Tx, record int64, done, promote []i
 	if record != 0 {
 		if _, err := br.Exec(); err != nil {
 			return nil, nil, MapError(err)
+		}
+	}
+	if commit {
+		// COMMIT of a transaction that failed reports ROLLBACK, not an error.
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, nil, MapError(err)
+		}
+		if tag.String() != "COMMIT" {
+			return nil, nil, fmt.Errorf("store: closing a row-lock batch: the transaction ended with %s, not COMMIT", tag)
 		}
 	}
 	return completed, leases, MapError(br.Close())
