@@ -163,7 +163,7 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 // its connection back (a connection left in a transaction, or broken, is
 // closed by the pool instead of reused).
 func rollbackLocked(ctx context.Context, conn *pgxpool.Conn) {
-	_, _ = conn.Exec(ctx, `ROLLBACK`)
+	_ = store.RollbackLocked(ctx, conn)
 	conn.Release()
 }
 

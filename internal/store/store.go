@@ -506,6 +506,13 @@ func RecordLockClaim(ctx context.Context, db DBTX, queue string, ids []int64) (i
 
 const forgetLockClaimSQL = `DELETE FROM pgoutbox.lock_claims WHERE id = $1`
 
+// RollbackLocked ends, without writing anything, the claim transaction
+// BeginLockClaim began on conn.
+func RollbackLocked(ctx context.Context, conn DBTX) error {
+	_, err := conn.Exec(ctx, `ROLLBACK`)
+	return MapError(err)
+}
+
 // CloseLocked closes a row-lock batch in its claim transaction, in one
 // round trip: it completes the effects done (counting their attempt: one
 // write per effect over its whole delivery), turns the effects promote into
