@@ -150,3 +150,67 @@ func TestRowLockLostConnectionRedelivers(t *testing.T) {
 		t.Fatalf("handler called %d times, want 2", calls.Load())
 	}
 }
+
+// A closed batch leaves no record, and Prune deletes the record of a batch
+// that died (pgoutbox.lock_claims, migration 00017) once none of its
+// effects is still available with no attempt, keeping one that still
+// marks such an effect.
+func TestRowLockRecordsAreClosedAndPruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "q", Type: "t", Key: "done"},
+		pgoutbox.Effect{Queue: "q", Type: "t", Key: "waiting"},
+	)
+	// Two records of dead batches: one names the effect that completes
+	// below, the other the one that stays available.
+	for _, id := range ids {
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.lock_claims (queue, effect_ids) VALUES ('q', ARRAY[$1::bigint])`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET state = 'completed', completed_at = now() WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Prune(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.lock_claims WHERE $1 = ANY(effect_ids)`, ids[0]); n != 0 {
+		t.Errorf("the record of a completed effect was kept")
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.lock_claims WHERE $1 = ANY(effect_ids)`, ids[1]); n != 1 {
+		t.Fatalf("the record of an effect still available with no attempt was pruned")
+	}
+	// The next claim delivers the marked effect under a durable lease, and
+	// its batches' own records are gone once they closed.
+	var token atomic.Value
+	b.startClient(t, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: 5 * time.Second}},
+		Types: []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			token.Store(d.LeaseToken)
+			return nil
+		}}},
+	})
+	b.waitFor(t, "the marked effect completed", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'`, ids[1]) == 1
+	})
+	if tok, _ := token.Load().(string); tok == "" {
+		t.Errorf("the effect a dead batch recorded was delivered under a row lock, want a durable lease")
+	}
+	b.waitFor(t, "the claiming batch closed", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`) == 0
+	})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.lock_claims`); n != 1 {
+		t.Fatalf("%d records after the batch closed, want 1 (the dead batch's: a closed batch deletes its own)", n)
+	}
+	if _, err := c.Prune(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.lock_claims`); n != 0 {
+		t.Fatalf("%d records left after the queue drained and Prune ran, want 0", n)
+	}
+}
