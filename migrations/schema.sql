@@ -651,19 +651,38 @@ CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    q text := NEW.queue;
+    q       text := NEW.queue;
+    v_saved text;
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF pg_trigger_depth() > 1 OR current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_notify('pgoutbox_effects', q);
         RETURN NULL;
     END IF;
     IF EXISTS (SELECT 1 FROM pgoutbox.notify_state s
-               WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds')
-       OR NOT pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, 0)) THEN
+               WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds') THEN
         RETURN NULL;
     END IF;
-    INSERT INTO pgoutbox.notify_state AS s (queue, notified_at) VALUES (q, clock_timestamp())
-    ON CONFLICT (queue) DO UPDATE SET notified_at = excluded.notified_at;
+    PERFORM 1 FROM pgoutbox.notify_state s WHERE s.queue = q FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pgoutbox.notify_state s SET notified_at = clock_timestamp() WHERE s.queue = q;
+    ELSIF EXISTS (SELECT 1 FROM pgoutbox.notify_state s WHERE s.queue = q) THEN
+        IF EXISTS (SELECT 1 FROM pgoutbox.notify_state s
+                   WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '20 milliseconds') THEN
+            RETURN NULL;
+        END IF;
+    ELSE
+        -- The queue's first notification. Never wait for another
+        -- transaction inserting the same row: it notifies too.
+        v_saved := current_setting('lock_timeout');
+        BEGIN
+            PERFORM set_config('lock_timeout', '1ms', true);
+            INSERT INTO pgoutbox.notify_state (queue, notified_at) VALUES (q, clock_timestamp())
+            ON CONFLICT (queue) DO NOTHING;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+        PERFORM set_config('lock_timeout', v_saved, true);
+    END IF;
     PERFORM pg_notify('pgoutbox_effects', q);
     RETURN NULL;
 END;
@@ -707,17 +726,41 @@ END;
 $$;
 
 CREATE FUNCTION pgoutbox.ordering_lock(p_queues text[], p_ordering_keys text[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT count(pg_advisory_xact_lock(s.q, s.stripe))
-    FROM (
-        SELECT DISTINCT hashtext('pgoutbox.ordering:' || t.q) AS q, (hashtextextended(t.k, 0) & 255)::integer AS stripe
-        FROM unnest(p_queues, p_ordering_keys) AS t(q, k)
-        WHERE t.k IS NOT NULL
-        ORDER BY 1, 2
-    ) s;
-    SELECT NULL::void;
+DECLARE
+    v_role    text := current_setting('role');
+    v_stripes integer[];
+    v_n       bigint;
+BEGIN
+    IF v_role = 'none' THEN
+        v_role := session_user;
+    END IF;
+    IF NOT has_table_privilege(v_role, 'pgoutbox.effects', 'INSERT') THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'pgoutbox_enqueuer') THEN
+            RAISE EXCEPTION 'pgoutbox: role % may not take ordering locks: it may not enqueue', v_role
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF NOT pg_has_role(v_role, 'pgoutbox_enqueuer', 'MEMBER') THEN
+            RAISE EXCEPTION 'pgoutbox: role % may not take ordering locks: it may not enqueue', v_role
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    SELECT array_agg(DISTINCT (hashtextextended(t.k, hashtextextended(t.q, 0)) & 1023)::integer)
+    INTO v_stripes
+    FROM unnest(p_queues, p_ordering_keys) AS t(q, k)
+    WHERE t.k IS NOT NULL;
+    IF v_stripes IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO v_n FROM (
+        SELECT 1 FROM pgoutbox.ordering_stripes s
+        WHERE s.stripe = ANY(v_stripes)
+        ORDER BY s.stripe
+        FOR UPDATE
+    ) l;
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time zone, attempts integer, max_attempts integer) RETURNS pgoutbox.effect_state
@@ -951,6 +994,24 @@ CREATE TABLE pgoutbox.key_rune_classes (
     CONSTRAINT key_rune_classes_class_check CHECK ((class = ANY (ARRAY['U'::"char", 'L'::"char", 'O'::"char"])))
 );
 
+CREATE TABLE pgoutbox.lock_claims (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    effect_ids bigint[] NOT NULL,
+    claimed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE pgoutbox.lock_claims IS 'The effects each open row-lock batch holds; a record left by a batch that never closed marks its effects as attempted (docs/design.md "Row-lock leases").';
+
+ALTER TABLE pgoutbox.lock_claims ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgoutbox.lock_claims_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE UNLOGGED TABLE pgoutbox.notify_pending (
     pid integer NOT NULL,
     queue text NOT NULL
@@ -961,6 +1022,14 @@ CREATE UNLOGGED TABLE pgoutbox.notify_state (
     queue text NOT NULL,
     notified_at timestamp with time zone NOT NULL
 );
+
+CREATE TABLE pgoutbox.ordering_stripes (
+    stripe integer NOT NULL,
+    CONSTRAINT ordering_stripes_stripe_check CHECK (((stripe >= 0) AND (stripe <= 1023)))
+)
+WITH (fillfactor='10');
+
+COMMENT ON TABLE pgoutbox.ordering_stripes IS 'The ordering locks: an enqueue locks the rows of its (queue, ordering key) stripes until it commits (docs/design.md "Per-key ordering").';
 
 CREATE TABLE pgoutbox.ordering_types (
     effect_type text NOT NULL,
@@ -1007,11 +1076,17 @@ ALTER TABLE ONLY pgoutbox.effects
 ALTER TABLE ONLY pgoutbox.key_rune_classes
     ADD CONSTRAINT key_rune_classes_pkey PRIMARY KEY (lo);
 
+ALTER TABLE ONLY pgoutbox.lock_claims
+    ADD CONSTRAINT lock_claims_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY pgoutbox.notify_pending
     ADD CONSTRAINT notify_pending_pkey PRIMARY KEY (pid);
 
 ALTER TABLE ONLY pgoutbox.notify_state
     ADD CONSTRAINT notify_state_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY pgoutbox.ordering_stripes
+    ADD CONSTRAINT ordering_stripes_pkey PRIMARY KEY (stripe);
 
 ALTER TABLE ONLY pgoutbox.ordering_types
     ADD CONSTRAINT ordering_types_pkey PRIMARY KEY (effect_type);
