@@ -71,7 +71,7 @@ func (l *Lease) Complete(ctx context.Context, db DB) error {
 	if err != nil {
 		return fmt.Errorf("pgoutbox: complete: %w", err)
 	}
-	if _, ok := done[l.ID]; !ok {
+	if _, ok := done[l.fence]; !ok {
 		return leaseLost("complete", l.ID)
 	}
 	return nil
@@ -111,7 +111,7 @@ func (l *Lease) Extend(ctx context.Context, db DB, d time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("pgoutbox: extend: %w", err)
 	}
-	if !kept[l.ID] {
+	if !kept[l.fence] {
 		return leaseLost("extend", l.ID)
 	}
 	return nil

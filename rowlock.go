@@ -212,7 +212,7 @@ func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType,
 	j.Fence = store.Fence{ID: cl.ID, Token: lease.Token, Type: cl.Type}
 	j.Attempt, j.HandlerDone = lease.Attempt, freeSlot
 	q.c.leases.Put(&core.Held{Fence: j.Fence, Cancel: it.cancel})
-	defer q.c.leases.Delete(cl.ID)
+	defer q.c.leases.Delete(j.Fence)
 	q.report(it.d, q.deliverer.Settle(ctx, j, err))
 }
 

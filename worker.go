@@ -202,7 +202,7 @@ func (q *queueWorker) start(cl store.Claimed) {
 		// completion is group-committed while the next claim runs.
 		freeSlot := q.slotReleaser()
 		defer func() {
-			q.c.leases.Delete(cl.ID)
+			q.c.leases.Delete(fence)
 			cancel(nil)
 			freeSlot()
 			q.c.life.DeliveryDone()

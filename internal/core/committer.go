@@ -87,7 +87,7 @@ func (c *Committer) run() {
 		done, err := store.Complete(ctx, c.db, fences)
 		cancel()
 		for _, r := range batch {
-			lag, ok := done[r.fence.ID]
+			lag, ok := done[r.fence]
 			r.done <- Committed{Lag: lag, OK: ok, Err: err}
 		}
 	}

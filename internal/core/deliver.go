@@ -173,10 +173,10 @@ func (e *Deliverer) Settle(ctx context.Context, j *Job, herr error) Report {
 		c = e.Commit(j.Fence)
 	} else {
 		fctx, cancel := FinishCtx(ctx)
-		var done store.Completed
+		var done store.FencesCompleted
 		done, c.Err = store.Complete(fctx, e.Pool, []store.Fence{j.Fence})
 		cancel()
-		c.Lag, c.OK = done[j.Fence.ID]
+		c.Lag, c.OK = done[j.Fence]
 	}
 	switch {
 	case c.Err != nil:
@@ -226,7 +226,7 @@ func (e *Deliverer) completeTx(ctx context.Context, j *Job) Report {
 	if err != nil {
 		return e.afterTxFailure(ctx, j, fmt.Errorf("complete: %w", err))
 	}
-	lag, ok := done[j.Fence.ID]
+	lag, ok := done[j.Fence]
 	if !ok {
 		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "complete"}
 	}

@@ -21,26 +21,30 @@ type Held struct {
 	Kept func()
 }
 
-// Leases is the registry of an engine's in-flight leases, keyed by effect id.
+// Leases is the registry of an engine's in-flight leases, keyed by fence
+// (effect id and lease token): one engine may hold two deliveries of one
+// effect, a stale one whose lease was taken away (requeue-stale, the
+// sweeper) and a fresh one of the same effect claimed again, and each is
+// extended, or cancelled as lease-lost, on its own.
 type Leases struct {
 	mu sync.Mutex
-	m  map[int64]*Held
+	m  map[store.Fence]*Held
 }
 
-// Put registers h, replacing the lease of the same effect.
+// Put registers h, replacing the registration of the same fence.
 func (l *Leases) Put(h *Held) {
 	l.mu.Lock()
 	if l.m == nil {
-		l.m = map[int64]*Held{}
+		l.m = map[store.Fence]*Held{}
 	}
-	l.m[h.Fence.ID] = h
+	l.m[h.Fence] = h
 	l.mu.Unlock()
 }
 
-// Delete forgets the lease of effect id.
-func (l *Leases) Delete(id int64) {
+// Delete forgets the lease fenced by f.
+func (l *Leases) Delete(f store.Fence) {
 	l.mu.Lock()
-	delete(l.m, id)
+	delete(l.m, f)
 	l.mu.Unlock()
 }
 
@@ -102,7 +106,7 @@ func (e *Extender) ExtendNow(ctx context.Context) {
 	}
 	for _, h := range held {
 		switch {
-		case !kept[h.Fence.ID]:
+		case !kept[h.Fence]:
 			h.Cancel(e.LostCause)
 		case h.Kept != nil:
 			h.Kept()

@@ -77,7 +77,7 @@ func complete(b *bundle, l *handoff.Lease) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := done[l.ID]; !ok {
+	if _, ok := done[l.Fence]; !ok {
 		return pgoutbox.ErrLeaseLost
 	}
 	return nil
@@ -93,7 +93,7 @@ func markStarted(b *bundle, l *handoff.Lease) error {
 
 func extend(b *bundle, l *handoff.Lease, d time.Duration) error {
 	kept, err := store.Extend(b.ctx, b.pool, []store.Fence{l.Fence}, d)
-	if err == nil && !kept[l.ID] {
+	if err == nil && !kept[l.Fence] {
 		err = pgoutbox.ErrLeaseLost
 	}
 	return err

@@ -612,10 +612,13 @@ func pgUUID(u uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: u, Valid: true}
 
 // fencedSQL locks each fenced row by primary key (one index probe per
 // fence, whatever the statistics say about the lease index) and keeps the
-// rows whose lease still matches. $1, $2, $3: ids, tokens, effect types.
+// fences whose lease still matches, with the token that matched: two
+// fences of one effect (a stale delivery and a fresh one of the same
+// worker) may be in one statement, and only one of them holds the lease.
+// $1, $2, $3: ids, tokens, effect types.
 const fencedSQL = `
 WITH fenced AS (
-    SELECT x.id
+    SELECT x.id, f.token, f.effect_type
     FROM (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id) f
     CROSS JOIN LATERAL (
         SELECT e.id FROM pgoutbox.effects e
@@ -624,26 +627,43 @@ WITH fenced AS (
     ) x
 )`
 
-const completeSQL = fencedSQL + `
-UPDATE pgoutbox.effects e
-SET state = 'completed', completed_at = now(), lease_token = NULL, lease_expires_at = NULL, last_error = NULL
-WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
-RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8`
+const completeSQL = fencedSQL + `, done AS (
+    UPDATE pgoutbox.effects e
+    SET state = 'completed', completed_at = now(), lease_token = NULL, lease_expires_at = NULL, last_error = NULL
+    WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
+    RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8 AS lag
+)
+SELECT d.id, f.token, f.effect_type, d.lag FROM done d JOIN fenced f ON f.id = d.id`
 
 // Completed maps the id of each effect that was completed to its lag
-// (creation to completion, database clock). Fences absent from the map had
-// lost their lease.
+// (creation to completion, database clock). Ids absent from the map were
+// not completed.
 type Completed map[int64]time.Duration
+
+// FencesCompleted maps each fence that completed its effect to the lag
+// (creation to completion, database clock). Fences absent from the map had
+// lost their lease, also when another fence of the same effect completed it.
+type FencesCompleted map[Fence]time.Duration
 
 // Complete marks leased effects completed in one statement (a group commit
 // when run on its own), fenced by id, token and type.
-func Complete(ctx context.Context, db DBTX, fences []Fence) (Completed, error) {
+func Complete(ctx context.Context, db DBTX, fences []Fence) (FencesCompleted, error) {
 	ids, toks, types := fenceArrays(fences)
 	rows, err := db.Query(ctx, completeSQL, ids, toks, types)
 	if err != nil {
 		return nil, MapError(err)
 	}
-	return scanCompleted(rows, len(fences))
+	defer rows.Close()
+	out := make(FencesCompleted, len(fences))
+	for rows.Next() {
+		var f Fence
+		var lag float64
+		if err := rows.Scan(&f.ID, &f.Token, &f.Type, &lag); err != nil {
+			return nil, err
+		}
+		out[f] = time.Duration(lag * float64(time.Second))
+	}
+	return out, MapError(rows.Err())
 }
 
 func scanCompleted(rows pgx.Rows, n int) (Completed, error) {
@@ -751,14 +771,14 @@ WITH f AS (
 ), held AS (
     -- LIMIT 1 keeps the subquery from being flattened into a hash join
     -- over the whole table: one primary-key probe per fence.
-    SELECT x.id FROM f
+    SELECT x.id, f.token, f.effect_type FROM f
     CROSS JOIN LATERAL (
         SELECT e.id FROM pgoutbox.effects e
         WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
         LIMIT 1
     ) x
 ), locked AS (
-    SELECT x.id FROM f
+    SELECT x.id, f.token, f.effect_type FROM f
     CROSS JOIN LATERAL (
         SELECT e.id FROM pgoutbox.effects e
         WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
@@ -770,27 +790,31 @@ WITH f AS (
     WHERE e.id = ANY(ARRAY(SELECT id FROM locked))
     RETURNING e.id
 )
-SELECT id FROM held UNION SELECT id FROM extended`
+SELECT id, token, effect_type FROM held
+UNION
+SELECT l.id, l.token, l.effect_type FROM locked l WHERE l.id IN (SELECT id FROM extended)`
 
 // Extend pushes the leases of in-flight effects to now()+lease in one
-// statement and returns the ids still held; a missing id lost its lease. It
-// never waits for a row lock: a locked row is left as it is and reported
-// held while its lease still matches (see extendSQL).
-func Extend(ctx context.Context, db DBTX, fences []Fence, lease time.Duration) (map[int64]bool, error) {
+// statement and returns the fences still held; a missing fence lost its
+// lease (also when another fence of the same effect holds it). It never
+// waits for a row lock: a locked row is left as it is and reported held
+// while its lease still matches (see extendSQL).
+func Extend(ctx context.Context, db DBTX, fences []Fence, lease time.Duration) (map[Fence]bool, error) {
 	ids, toks, types := fenceArrays(fences)
 	rows, err := db.Query(ctx, extendSQL, ids, toks, types, lease.Seconds())
 	if err != nil {
 		return nil, MapError(err)
 	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, MapError(err)
+	defer rows.Close()
+	out := make(map[Fence]bool, len(fences))
+	for rows.Next() {
+		var f Fence
+		if err := rows.Scan(&f.ID, &f.Token, &f.Type); err != nil {
+			return nil, err
+		}
+		out[f] = true
 	}
-	out := make(map[int64]bool, len(held))
-	for _, id := range held {
-		out[id] = true
-	}
-	return out, nil
+	return out, MapError(rows.Err())
 }
 
 // Rescued is one effect moved by the sweeper.

@@ -448,7 +448,7 @@ func (q *consumerQueue) start(l *handoff.Lease, m jetstream.Msg) {
 	q.c.life.AddDelivery()
 	go func() {
 		defer func() {
-			q.c.leases.Delete(l.ID)
+			q.c.leases.Delete(fence)
 			cancel(nil)
 			q.releaseN(1)
 			q.c.life.DeliveryDone()
