@@ -2,6 +2,8 @@ package projection_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"runtime/metrics"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +87,67 @@ func streamBody(n int, header string, line func(i int) string) io.Reader {
 	return pr
 }
 
+// importStall is how long a large import may go without the server reading
+// any of its body before the test gives up on it.
+const importStall = 2 * time.Minute
+
+// errImportStalled is the cancellation cause of a stalled import.
+var errImportStalled = errors.New("the server read nothing of the import body for " + importStall.String())
+
+// progressReader counts the bytes read through it.
+type progressReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n.Add(int64(n))
+	return n, err
+}
+
+// watchImport bounds a large import by its progress, not by a wall clock:
+// it sets b.ctx (the request's and the checks' context) to one without a
+// deadline that is cancelled when the server has read nothing of body for
+// importStall, and returns the body to send. A loaded machine only makes
+// the import slower (one run took 571 s under the former fixed 8-minute
+// deadline of the test's context); an import that stops reading fails
+// after importStall, whatever its size.
+func watchImport(t *testing.T, b *bundle, body io.Reader) io.Reader {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	})
+	pr := &progressReader{r: body}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(importStall / 20)
+		defer tick.Stop()
+		last, lastAt := int64(-1), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				if n := pr.n.Load(); n != last {
+					last, lastAt = n, now
+				} else if now.Sub(lastAt) >= importStall {
+					cancel(fmt.Errorf("%w (after %d bytes)", errImportStalled, n))
+					return
+				}
+			}
+		}
+	}()
+	b.ctx = ctx
+	return pr
+}
+
 // maxImportHeap bounds the heap growth of a large import: a fraction of the
 // ~50 MB body.
 const maxImportHeap = 24 << 20
@@ -106,6 +170,7 @@ func TestImportNDJSONLarge(t *testing.T) {
 		}
 		return fmt.Sprintf(`{"id":"n%d","title":"Record %d","pad":%q}`, i, i, padding)
 	})
+	body = watchImport(t, b, body)
 	stop := heapPeak()
 	start := time.Now()
 	code, out, _ := b.do(t, http.MethodPost, "/api/import", "application/x-ndjson", body)
@@ -155,6 +220,7 @@ func TestImportCSVLarge(t *testing.T) {
 		}
 		return fmt.Sprintf(`c%d,"Record, %d",%s`, i, i, padding)
 	})
+	body = watchImport(t, b, body)
 	stop := heapPeak()
 	start := time.Now()
 	code, out, _ := b.do(t, http.MethodPost, "/api/import", "text/csv; charset=utf-8", body)
