@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,10 +103,12 @@ type EffectType struct {
 	// default, strict) holds them back until the dead letter is replayed
 	// and delivered (or deleted); true lets the key move on, and the dead
 	// letter, if replayed, is delivered after the effects that overtook it.
-	// A Client with queues records its types' choice in the database
-	// (pgoutbox.ordering_types) when it starts; every claimer, and the
-	// operator commands, read it from there. Clients that register one type
-	// with different choices overwrite each other: give it one.
+	// The choice is per queue: a Client with queues records its types'
+	// choice for each of its queues in the database
+	// (pgoutbox.ordering_choices) when it starts, and so do the NATS relay
+	// and consumer; every claimer, and the operator commands, read it from
+	// there. A start that changes a queue's recorded choice is logged (see
+	// RegisterOrdering): give a type one choice per queue.
 	OrderingMovesOn bool
 }
 
@@ -310,32 +314,56 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // registerOrdering records, when the client has queues, its registered
-// types' ordering choices (RegisterOrdering).
+// types' ordering choices in each of its queues (RegisterOrdering).
 func (c *Client) registerOrdering(ctx context.Context) error {
 	if len(c.queues) == 0 {
 		return nil
 	}
-	return RegisterOrdering(ctx, c.pool, c.cfg.Types)
+	return RegisterOrdering(ctx, c.pool, slices.Sorted(maps.Keys(c.queues)), c.cfg.Types, c.log)
 }
 
-// RegisterOrdering records in the database each type's dead-letter choice
-// for ordered keys (EffectType.OrderingMovesOn), in
-// pgoutbox.ordering_types, which every claim reads; rows already right are
-// not written. A Client with queues calls it when it starts; a program that
-// claims through ClaimLeases or ClaimRelay calls it itself (a type never
-// registered is strict).
-func RegisterOrdering(ctx context.Context, db DB, types []EffectType) error {
-	if len(types) == 0 {
+// RegisterOrdering records in the database, for each queue of queues, each
+// type's dead-letter choice for ordered keys (EffectType.OrderingMovesOn),
+// in pgoutbox.ordering_choices, which every claim reads; rows already right
+// are not written, and no other queue's choice changes. A Client with queues
+// calls it when it starts, and so do the NATS relay and consumer (target/nats)
+// and the projection; a program that claims through ClaimLeases or
+// ClaimRelay calls it itself (a type never registered in a queue is strict).
+//
+// A registration that changes a choice already recorded is applied and
+// logged on log (a warning naming the queue, the type, both choices and
+// when the former one was recorded; nil logs nothing), not refused: in a
+// rolling deploy that changes a type's choice the new instances must start
+// while the old ones still run. Give one type one choice per queue: while
+// two sets of processes register different choices, each start flips it.
+func RegisterOrdering(ctx context.Context, db DB, queues []string, types []EffectType, log *slog.Logger) error {
+	if len(types) == 0 || len(queues) == 0 {
 		return nil
 	}
 	names, moveOn := make([]string, len(types)), make([]bool, len(types))
 	for i, t := range types {
 		names[i], moveOn[i] = t.Name, t.OrderingMovesOn
 	}
-	if err := store.SetOrderingTypes(ctx, db, names, moveOn); err != nil {
+	changed, err := store.SetOrderingChoices(ctx, db, queues, names, moveOn)
+	if err != nil {
 		return fmt.Errorf("pgoutbox: record the effect types' ordering choices: %w", err)
 	}
+	if log != nil {
+		for _, ch := range changed {
+			log.Warn("ordering choice of an effect type changed in its queue; processes that register the former choice change it back when they start",
+				"queue", ch.Queue, "effect_type", ch.Type, "dead_letter", orderingChoice(ch.MovesOn),
+				"former", orderingChoice(!ch.MovesOn), "former_since", ch.FormerSince)
+		}
+	}
 	return nil
+}
+
+// orderingChoice names an ordering choice in logs.
+func orderingChoice(movesOn bool) string {
+	if movesOn {
+		return "moves on"
+	}
+	return "strict"
 }
 
 // retryBackoff is the delay before retry number attempt+1: 2^attempt

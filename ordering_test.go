@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +234,82 @@ func TestReplayedMoveOnWaitsForOvertakingDelivery(t *testing.T) {
 				t.Fatalf("delivered %s, want B to end before the replayed A starts", got)
 			}
 		})
+	}
+}
+
+// The ordering choice is per queue and type (issue 28, point 6): a Client
+// of queue qb that registers type t strict, started after the Client of qa
+// that registers t move-on, does not turn qa's t strict (the last start won
+// for every queue). Both lease modes.
+func TestOrderingChoiceIsPerQueue(t *testing.T) {
+	t.Parallel()
+	for _, mode := range leaseModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			h := func(_ context.Context, d *pgoutbox.Delivery) error {
+				if strings.HasSuffix(d.Key, "-1") {
+					return pgoutbox.Permanent(errors.New("422"))
+				}
+				return nil
+			}
+			client := func(queue string, movesOn bool) *pgoutbox.Client {
+				return b.startClient(t, pgoutbox.Config{
+					Queues: map[string]pgoutbox.QueueConfig{queue: {RowLockLease: mode.hold}},
+					Types:  []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: h, OrderingMovesOn: movesOn}},
+				})
+			}
+			wa := watch(t, client("qa", true))
+			wb := watch(t, client("qb", false))
+			ids := map[string]int64{}
+			for _, e := range []pgoutbox.Effect{
+				{Queue: "qa", Type: "t", Key: "a-1", OrderingKey: "K"},
+				{Queue: "qa", Type: "t", Key: "a-2", OrderingKey: "K"},
+				{Queue: "qb", Type: "t", Key: "b-1", OrderingKey: "K"},
+				{Queue: "qb", Type: "t", Key: "b-2", OrderingKey: "K"},
+				{Queue: "qb", Type: "t", Key: "b-free"},
+			} {
+				ids[e.Key] = b.enqueue(t, e)[0]
+			}
+			b.waitEvent(t, wa, ids["a-1"], "dead_letter")
+			b.waitEvent(t, wa, ids["a-2"], "completed") // qa's t moves on
+			b.waitEvent(t, wb, ids["b-1"], "dead_letter")
+			b.waitEvent(t, wb, ids["b-free"], "completed") // claims of qb ran after its dead letter
+			if r := b.row(t, ids["b-2"]); r.State != "available" || r.Attempts != 0 {
+				t.Fatalf("b-2 behind qb's strict dead letter: %+v, want available, never attempted", r)
+			}
+		})
+	}
+}
+
+// A registration that changes a queue's recorded choice (a rolling deploy
+// that changes OrderingMovesOn) is applied and logged, not refused: the new
+// instances must start while the old ones still run.
+func TestConflictingOrderingRegistrationIsLogged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := func(context.Context, *pgoutbox.Delivery) error { return nil }
+	cfg := func(movesOn bool, log *slog.Logger) pgoutbox.Config {
+		return pgoutbox.Config{
+			Queues: map[string]pgoutbox.QueueConfig{"q": {}}, Logger: log,
+			Types: []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: h, OrderingMovesOn: movesOn}},
+		}
+	}
+	first := newLogCapture()
+	b.startClient(t, cfg(false, first.Logger()))
+	second := newLogCapture()
+	b.startClient(t, cfg(true, second.Logger()))
+	changed := func(r slog.Record) bool {
+		return r.Level == slog.LevelWarn && attr(r, "queue").String() == "q" && attr(r, "effect_type").String() == "t"
+	}
+	if got := first.matching(changed); len(got) != 0 {
+		t.Fatalf("the first registration logged a change: %v", got[0].Message)
+	}
+	got := second.matching(changed)
+	if len(got) != 1 || attr(got[0], "dead_letter").String() != "moves on" || attr(got[0], "former").String() != "strict" {
+		t.Fatalf("changing the recorded choice logged %d warnings, want one from strict to moves on", len(got))
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.ordering_choices WHERE queue = 'q' AND effect_type = 't' AND dead_letter_moves_on`); n != 1 {
+		t.Fatalf("the later registration was not applied (%d rows)", n)
 	}
 }

@@ -159,7 +159,7 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 	// (EffectTypes): record it for the claim once, as a Client does at
 	// start (a failed attempt is retried by the next batch).
 	if !a.orderingRegistered.Load() {
-		if err := pgoutbox.RegisterOrdering(ctx, a.pool, a.EffectTypes()); err != nil {
+		if err := pgoutbox.RegisterOrdering(ctx, a.pool, []string{Queue}, a.EffectTypes(), a.cfg.Logger); err != nil {
 			return Summary{}, err
 		}
 		a.orderingRegistered.Store(true)

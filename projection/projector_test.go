@@ -38,17 +38,18 @@ func TestProjectorBatchSurvivesHandlerPanic(t *testing.T) {
 
 // RunBatch records record.upsert's ordering choice (a dead letter lets the
 // record's later versions through) before its first claim, as a Client does
-// at start: claimers read it from pgoutbox.ordering_types.
+// at start: claimers read it from pgoutbox.ordering_choices.
 func TestProjectorRecordsOrderingChoice(t *testing.T) {
 	t.Parallel()
 	b, _ := setupSolr(t, projection.Config{})
-	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.ordering_types WHERE effect_type = 'record.upsert'`); n != 0 {
-		t.Fatalf("%d ordering_types rows before the first batch, want 0", n)
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.ordering_choices WHERE effect_type = 'record.upsert'`); n != 0 {
+		t.Fatalf("%d ordering_choices rows before the first batch, want 0", n)
 	}
 	if _, err := b.app.RunBatch(b.ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.ordering_types WHERE effect_type = 'record.upsert' AND dead_letter_moves_on`); n != 1 {
-		t.Fatalf("%d ordering_types rows letting record.upsert move on after a batch, want 1", n)
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.ordering_choices
+		WHERE queue = $1 AND effect_type = 'record.upsert' AND dead_letter_moves_on`, projection.Queue); n != 1 {
+		t.Fatalf("%d ordering_choices rows letting record.upsert move on in its queue after a batch, want 1", n)
 	}
 }

@@ -8,24 +8,60 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// setOrderingTypesSQL records each type's dead-letter choice for ordered
-// keys (migration 00013), writing only the rows that change. The rows are
-// written in name order, so two clients starting at once cannot deadlock.
-const setOrderingTypesSQL = `
-INSERT INTO pgoutbox.ordering_types AS o (effect_type, dead_letter_moves_on)
-SELECT t.effect_type, t.moves_on
-FROM unnest($1::text[], $2::bool[]) AS t(effect_type, moves_on)
-ORDER BY t.effect_type COLLATE "C"
-ON CONFLICT (effect_type) DO UPDATE
-SET dead_letter_moves_on = excluded.dead_letter_moves_on, updated_at = now()
-WHERE o.dead_letter_moves_on IS DISTINCT FROM excluded.dead_letter_moves_on`
+// setOrderingChoicesSQL records each (queue, type)'s dead-letter choice for
+// ordered keys (migration 00018), writing only the rows that change, and
+// returns the recorded choices it changed with the time the former one was
+// recorded. The rows are written in (queue, type) order, so two
+// registrations at once cannot deadlock. $1 queues, $2 types, $3 choices of
+// the types: every queue gets every type.
+const setOrderingChoicesSQL = `
+WITH want AS (
+    SELECT q.queue, t.effect_type, t.moves_on
+    FROM unnest($1::text[]) AS q(queue)
+    CROSS JOIN unnest($2::text[], $3::bool[]) AS t(effect_type, moves_on)
+), former AS (
+    SELECT o.queue, o.effect_type, o.updated_at
+    FROM pgoutbox.ordering_choices o
+    JOIN want w ON w.queue = o.queue AND w.effect_type = o.effect_type
+), written AS (
+    INSERT INTO pgoutbox.ordering_choices AS o (queue, effect_type, dead_letter_moves_on)
+    SELECT w.queue, w.effect_type, w.moves_on FROM want w
+    ORDER BY w.queue COLLATE "C", w.effect_type COLLATE "C"
+    ON CONFLICT (queue, effect_type) DO UPDATE
+    SET dead_letter_moves_on = excluded.dead_letter_moves_on, updated_at = now()
+    WHERE o.dead_letter_moves_on IS DISTINCT FROM excluded.dead_letter_moves_on
+    RETURNING o.queue, o.effect_type, o.dead_letter_moves_on
+)
+SELECT w.queue, w.effect_type, w.dead_letter_moves_on, f.updated_at
+FROM written w
+JOIN former f ON f.queue = w.queue AND f.effect_type = w.effect_type
+ORDER BY w.queue, w.effect_type`
 
-// SetOrderingTypes records, for each effect type in names, whether its dead
-// letters let their ordering key move on (moveOn[i]) or block it (false,
-// also the meaning of a type with no row).
-func SetOrderingTypes(ctx context.Context, db DBTX, names []string, moveOn []bool) error {
-	_, err := db.Exec(ctx, setOrderingTypesSQL, names, moveOn)
-	return MapError(err)
+// OrderingChange is a recorded ordering choice that a registration changed.
+type OrderingChange struct {
+	Queue, Type string
+	// MovesOn is the new choice (the former one was its opposite).
+	MovesOn bool
+	// FormerSince is when the former choice was recorded.
+	FormerSince time.Time
+}
+
+// SetOrderingChoices records, for each queue of queues and each effect
+// type in names, whether the type's dead letters let their ordering key
+// move on in that queue (moveOn[i]) or block it (false). It returns the
+// recorded choices it changed; a (queue, type) recorded for the first time
+// is no change.
+func SetOrderingChoices(ctx context.Context, db DBTX, queues, names []string, moveOn []bool) ([]OrderingChange, error) {
+	rows, err := db.Query(ctx, setOrderingChoicesSQL, queues, names, moveOn)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OrderingChange, error) {
+		var c OrderingChange
+		err := r.Scan(&c.Queue, &c.Type, &c.MovesOn, &c.FormerSince)
+		return c, err
+	})
+	return out, MapError(err)
 }
 
 // BlockedKey is an ordering key whose next effect waits: Head is the

@@ -235,7 +235,7 @@ func TestHeadOfLineStates(t *testing.T) {
 		if _, err := pool.Exec(ctx, `TRUNCATE pgoutbox.effects`); err != nil {
 			t.Fatal(err)
 		}
-		if err := SetOrderingTypes(ctx, pool, []string{"t", "moveon"}, []bool{false, true}); err != nil {
+		if _, err := SetOrderingChoices(ctx, pool, []string{"q"}, []string{"t", "moveon"}, []bool{false, true}); err != nil {
 			t.Fatal(err)
 		}
 		ins, err := Insert(ctx, pool, []NewEffect{
@@ -356,6 +356,68 @@ func TestOrderedEnqueueSimpleProtocol(t *testing.T) {
 		pool.Close()
 		if err != nil || len(claimed) != 2 || claimed[0].ID != ins[0].ID || claimed[1].ID != ins[1].ID {
 			t.Fatalf("%v: claimed %d (%v), want a and b", mode, len(claimed), err)
+		}
+	}
+}
+
+// The ordering choice is per (queue, type) (migration 00018): a
+// registration in one queue changes no other queue's choice and reports a
+// recorded choice it changed; a (queue, type) without a row falls back to
+// the type's pre-00018 ordering_types row, then to strict.
+func TestOrderingChoicePerQueueAndFallback(t *testing.T) {
+	t.Parallel()
+	pool, ctx := orderedPool(t)
+	set := func(queue, typ string, movesOn bool) []OrderingChange {
+		t.Helper()
+		ch, err := SetOrderingChoices(ctx, pool, []string{queue}, []string{typ}, []bool{movesOn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	if ch := set("qa", "t", true); len(ch) != 0 {
+		t.Fatalf("first registration reported changes %+v", ch)
+	}
+	if ch := set("qb", "t", false); len(ch) != 0 {
+		t.Fatalf("another queue's registration reported changes %+v", ch)
+	}
+	if ch := set("qa", "t", true); len(ch) != 0 {
+		t.Fatalf("the same choice again reported changes %+v", ch)
+	}
+	if ch := set("qa", "t", false); len(ch) != 1 || ch[0].Queue != "qa" || ch[0].Type != "t" || ch[0].MovesOn || ch[0].FormerSince.IsZero() {
+		t.Fatalf("changing qa's choice reported %+v, want one change of qa/t to strict", ch)
+	}
+	set("qa", "t", true)
+	set("qd", "legacy", false)
+	if _, err := pool.Exec(ctx, `INSERT INTO pgoutbox.ordering_types (effect_type, dead_letter_moves_on) VALUES ('legacy', true)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		queue, typ string
+		movesOn    bool
+	}{
+		{"qa", "t", true},       // its own row
+		{"qb", "t", false},      // its own row, though qa's moves on
+		{"qc", "legacy", true},  // no row: the type's ordering_types row
+		{"qd", "legacy", false}, // its own row wins over the fallback
+		{"qe", "t", false},      // no row anywhere: strict
+	} {
+		ins, err := Insert(ctx, pool, []NewEffect{
+			{Queue: c.queue, Type: c.typ, Key: "head", Payload: []byte(`{}`), MaxAttempts: 8, OrderingKey: "k"},
+			{Queue: c.queue, Type: c.typ, Key: "next", Payload: []byte(`{}`), MaxAttempts: 8, OrderingKey: "k"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `UPDATE pgoutbox.effects SET state = 'dead_letter' WHERE id = $1`, ins[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		claimed, err := Claim(ctx, pool, c.queue, "w", 10, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if moved := len(claimed) == 1 && claimed[0].ID == ins[1].ID; moved != c.movesOn || len(claimed) > 1 {
+			t.Errorf("%s/%s: claimed %d behind a dead letter, want the key to move on: %v", c.queue, c.typ, len(claimed), c.movesOn)
 		}
 	}
 }

@@ -286,10 +286,20 @@ const claimableSQL = `
 // queue and ordering key: it is not terminal for ordering. available
 // (due, retrying or scheduled), leased and reconciliation_required always
 // block; completed never; dead_letter blocks unless p's type lets its key
-// move on (pgoutbox.ordering_types, written from EffectType.OrderingMovesOn).
-const blocksSQL = `(p.state <> 'dead_letter' OR NOT EXISTS (
-        SELECT 1 FROM pgoutbox.ordering_types t
-        WHERE t.effect_type = p.effect_type AND t.dead_letter_moves_on))`
+// move on (orderingMovesOnSQL).
+const blocksSQL = `(p.state <> 'dead_letter' OR NOT ` + orderingMovesOnSQL + `)`
+
+// orderingMovesOnSQL is the ordering choice of p's queue and type (migration
+// 00018, written from EffectType.OrderingMovesOn): does its dead letter let
+// its key move on? The (queue, type) row of pgoutbox.ordering_choices, else
+// the type's row of pgoutbox.ordering_types (written by Clients before
+// 00018), else false (strict). Each is one primary-key probe.
+const orderingMovesOnSQL = `coalesce(
+        (SELECT c.dead_letter_moves_on FROM pgoutbox.ordering_choices c
+         WHERE c.queue = p.queue AND c.effect_type = p.effect_type),
+        (SELECT t.dead_letter_moves_on FROM pgoutbox.ordering_types t
+         WHERE t.effect_type = p.effect_type),
+        false)`
 
 // stuckSQL is true when the effect p blocks the later effects of its key
 // (blocksSQL) until an operator acts: a strict dead letter (replay it) or a
