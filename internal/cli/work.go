@@ -187,7 +187,7 @@ func startBroker(ctx context.Context, g *globals, eng *engineFlags, nf *natsFlag
 	stream := pgnats.Stream{Name: nf.stream, SubjectPrefix: nf.prefix}
 	if nf.relay != "" {
 		relay, err = pgnats.NewRelay(pool, js, pgnats.RelayConfig{
-			Queues: queues, Stream: stream, Retry: policy, Batch: nf.relayBatch,
+			Queues: queues, Types: cfg.Types, Stream: stream, Retry: policy, Batch: nf.relayBatch,
 			PollInterval: eng.poll, Logger: log, Registerer: reg,
 		})
 		if err == nil {

@@ -17,8 +17,10 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/cli"
+	fakesolr "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
 	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
+	"github.com/pgoutbox/pgoutbox/projection"
 )
 
 // embeddedJetStream runs a NATS server with JetStream until the test ends
@@ -211,5 +213,40 @@ func TestWorkRelaysAndConsumes(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "delivering q from NATS stream PGOUTBOX") {
 		t.Fatalf("work output: %q", out.String())
+	}
+}
+
+// work --relay nats --from nats keeps the applications' ordering choices
+// for the queues it relays, which it takes out of its in-process Client:
+// the relay and the consumer record them. Here the projection (its Solr
+// target on, a fake) relayed through NATS: record.upsert's dead letters let
+// a record's later versions through. It sets environment variables
+// (t.Setenv), so it does not run in parallel.
+func TestWorkRelayKeepsTheOrderingChoices(t *testing.T) {
+	pool, dsn := pgtest.NewPool(t)
+	url, _ := embeddedJetStream(t)
+	s := fakesolr.New(fakesolr.Options{})
+	t.Cleanup(s.Close)
+	t.Setenv("OUTBOX_PROJECT_TO_SOLR", "1")
+	t.Setenv("SOLR_BASE_URL", s.URL())
+	t.Setenv("SOLR_CORE", fakesolr.CoreDefault)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wctx, stop := context.WithCancel(ctx)
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--metrics-addr", "127.0.0.1:0", "--relay", "nats", "--from", "nats",
+			"--nats-url", url, "--relay-queues", projection.Queue}, &out, &out)
+	}()
+	waitUntil(t, ctx, func() bool { return strings.Contains(out.String(), "delivering "+projection.Queue+" from NATS") })
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("work exited %d: %s", code, out.String())
+	}
+	var movesOn bool
+	if err := pool.QueryRow(ctx, `SELECT dead_letter_moves_on FROM pgoutbox.ordering_choices
+		WHERE queue = $1 AND effect_type = $2`, projection.Queue, projection.EffectType).Scan(&movesOn); err != nil || !movesOn {
+		t.Fatalf("ordering choice of %s in the relayed queue: moves on %v (%v), want it to move on", projection.EffectType, movesOn, err)
 	}
 }

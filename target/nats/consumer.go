@@ -48,7 +48,10 @@ type ConsumerConfig struct {
 	// Required; each must be one NATS subject token.
 	Queues map[string]pgoutbox.QueueConfig
 	// Types are the registered effect types: the same handlers as
-	// in-process delivery.
+	// in-process delivery. Their ordering choices
+	// (EffectType.OrderingMovesOn) are recorded for each of Queues when the
+	// consumer starts, as a Client does for its queues: the relay's claim
+	// reads them.
 	Types []pgoutbox.EffectType
 	// Stream is the stream consumed from.
 	Stream Stream
@@ -202,14 +205,18 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 // ID returns the consumer's lease_owner.
 func (c *Consumer) ID() string { return c.cfg.ID }
 
-// Start checks (or creates) the stream, refusing to start when its duplicate
-// window is shorter than the retry horizon, creates or updates each queue's
-// durable pull consumer, and starts pulling.
+// Start records its types' ordering choices for its queues, checks (or
+// creates) the stream, refusing to start when its duplicate window is
+// shorter than the retry horizon, creates or updates each queue's durable
+// pull consumer, and starts pulling.
 func (c *Consumer) Start(ctx context.Context) error {
 	return c.life.Start(func() error {
 		names := make([]string, len(c.queues))
 		for i, q := range c.queues {
 			names[i] = q.name
+		}
+		if err := pgoutbox.RegisterOrdering(ctx, c.pool, names, c.cfg.Types, c.log); err != nil {
+			return err
 		}
 		st, err := EnsureStream(ctx, c.js, c.cfg.Stream, c.cfg.Retry, names)
 		if err != nil {

@@ -52,9 +52,12 @@
 //     the engine's head-of-line rule, and a relayed effect stays leased
 //     (handed over) until a consumer completes it, so a key's next effect is
 //     published only once the previous one is completed (or dead-lettered
-//     under a move-on type). A key has at most one message in the stream at
-//     a time; its throughput is one JetStream and PostgreSQL round trip per
-//     effect. Effects without a key are relayed as before.
+//     under a move-on type). The consumer records its types' choices
+//     (pgoutbox.EffectType.OrderingMovesOn) for its queues when it starts,
+//     and so does the relay for RelayConfig.Types: the relay's claim reads
+//     them (pgoutbox.RegisterOrdering). A key has at most one message in
+//     the stream at a time; its throughput is one JetStream and PostgreSQL
+//     round trip per effect. Effects without a key are relayed as before.
 //
 // # Outcomes
 //

@@ -92,3 +92,63 @@ func TestRelayKeepsPerKeyOrder(t *testing.T) {
 		}
 	}
 }
+
+// The NATS path keeps the move-on choices (issue 28, point 7): the consumer
+// records its types' ordering choices for its queues when it starts, so a
+// move-on type's dead letter lets its key move on through the relay, and a
+// strict one holds its key back.
+func TestRelayedMoveOnDeadLetterLetsItsKeyMoveOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := func(_ context.Context, d *pgoutbox.Delivery) error {
+		if d.Key == "moveon-1" || d.Key == "strict-1" {
+			return pgoutbox.Permanent(errors.New("422"))
+		}
+		return nil
+	}
+	ids := map[string]int64{}
+	for _, e := range []pgoutbox.Effect{
+		{Queue: "q", Type: "moveon", Key: "moveon-1", OrderingKey: "A"},
+		{Queue: "q", Type: "moveon", Key: "moveon-2", OrderingKey: "A"},
+		{Queue: "q", Type: "strict", Key: "strict-1", OrderingKey: "B"},
+		{Queue: "q", Type: "strict", Key: "strict-2", OrderingKey: "B"},
+	} {
+		ids[e.Key] = b.enqueue(t, e)[0] // one transaction each: commit order is enqueue order
+	}
+	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q"}, PollInterval: 50 * time.Millisecond, Retry: testPolicy})
+	b.startConsumer(t, pgnats.ConsumerConfig{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {}}, Retry: testPolicy, AckWait: time.Second,
+		Types: []pgoutbox.EffectType{
+			{Name: "moveon", ReplaySafe: true, Handler: h, OrderingMovesOn: true},
+			{Name: "strict", ReplaySafe: true, Handler: h},
+		},
+	})
+	b.waitFor(t, "the move-on key to move on", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'`, ids["moveon-2"]) == 1
+	})
+	b.waitFor(t, "the strict head to be dead-lettered", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'dead_letter'`, ids["strict-1"]) == 1
+	})
+	// The relay's claims ran after the strict dead letter: an unordered
+	// effect enqueued now is delivered, and strict-2 still waits.
+	free := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "strict", Key: "free"})[0]
+	b.waitFor(t, "an unordered effect delivered", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'`, free) == 1
+	})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'available' AND attempts = 0`, ids["strict-2"]); n != 1 {
+		t.Fatal("strict-2 was relayed behind a strict dead letter")
+	}
+}
+
+// A relay whose consumers run elsewhere records RelayConfig.Types' ordering
+// choices for its queues when it starts, as a Client does.
+func TestRelayRecordsOrderingChoices(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startRelay(t, pgnats.RelayConfig{Queues: []string{"q", "r"}, Retry: testPolicy,
+		Types: []pgoutbox.EffectType{{Name: "moveon", OrderingMovesOn: true}, {Name: "strict"}}})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.ordering_choices
+		WHERE queue IN ('q', 'r') AND dead_letter_moves_on = (effect_type = 'moveon')`); n != 4 {
+		t.Fatalf("%d ordering choices recorded for the relay's 2 queues and 2 types, want 4", n)
+	}
+}

@@ -44,6 +44,13 @@ type RelayConfig struct {
 	// Queues are the queues whose effects are relayed. Required; each must
 	// be one NATS subject token.
 	Queues []string
+	// Types are the effect types whose ordering choices
+	// (EffectType.OrderingMovesOn; nothing else of them is read) the relay
+	// records for each of its queues when it starts
+	// (pgoutbox.RegisterOrdering), as a Client does for its queues: the
+	// relay's claim reads them. Default none: the consumers of the queues
+	// record their types' choices when they start (ConsumerConfig.Types).
+	Types []pgoutbox.EffectType
 	// Stream is the stream relayed to.
 	Stream Stream
 	// Retry is the consumers' retry policy; its horizon is the hand-over
@@ -166,11 +173,15 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 // ID returns the relay's lease_owner.
 func (r *Relay) ID() string { return r.cfg.ID }
 
-// Start checks (or creates) the stream, refusing to start when its duplicate
+// Start records the ordering choices of RelayConfig.Types for its queues,
+// checks (or creates) the stream, refusing to start when its duplicate
 // window is shorter than the retry horizon, then starts one relay loop per
 // queue and the LISTEN/NOTIFY listener.
 func (r *Relay) Start(ctx context.Context) error {
 	return r.life.Start(func() error {
+		if err := pgoutbox.RegisterOrdering(ctx, r.pool, r.cfg.Queues, r.cfg.Types, r.log); err != nil {
+			return err
+		}
 		st, err := EnsureStream(ctx, r.js, r.cfg.Stream, r.cfg.Retry, r.cfg.Queues)
 		if err != nil {
 			return err
