@@ -22,7 +22,16 @@ type Delivery struct {
 	MaxAttempts int
 	// CreatedAt is when the enqueuing transaction wrote the effect.
 	CreatedAt time.Time
-	// LeaseToken identifies this lease (not a secret; useful in call logs).
+	// LeaseToken identifies this lease (not a secret; useful in call logs),
+	// a UUID in both lease modes. Under a durable lease it is the lease's
+	// token (pgoutbox.effects.lease_token), new at every claim. Under a
+	// row-lock lease (QueueConfig.RowLockLease) the row has no token: the
+	// claim transaction's row lock is the lease, and LeaseToken is a random
+	// UUID naming that transaction, shared by the effects it claimed and
+	// never written to the database; when the delivery's outcome is then
+	// recorded under a durable lease (a failure, OnComplete transitions, a
+	// handler that outlived the hold), LeaseToken becomes that lease's
+	// token after the handler returned.
 	LeaseToken string
 	// OrderingKey is the effect's Effect.OrderingKey ("" for none): the
 	// engine delivers this effect only after every earlier effect of its

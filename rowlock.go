@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/core"
@@ -136,6 +137,9 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 	q.openBatches.Add(1)
 	q.c.life.AddDelivery() // the batch itself: Stop waits for its close
 	q.inflight.Add(int64(len(claimed)))
+	// The row has no lease token: the claim transaction's row lock is the
+	// lease, and this UUID names it (Delivery.LeaseToken).
+	token := uuid.NewString()
 	b.mu.Lock()
 	for _, cl := range claimed {
 		t, ok := q.rowLockable(cl.Type)
@@ -148,6 +152,7 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
 		dctx, cancel := context.WithCancelCause(q.c.life.Work())
 		it := &inTx{d: newDelivery(cl), cancel: cancel}
+		it.d.LeaseToken = token
 		b.running[cl.ID] = it
 		b.pending++
 		q.c.life.AddDelivery()
