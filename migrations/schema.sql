@@ -16,35 +16,77 @@ CREATE FUNCTION pgoutbox.credential_key_path(payload json) RETURNS text
     SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 DECLARE
-    v_path text;
+    v_text   text := payload::text;
+    v_nth    bigint;
+    v_tok    text;
+    v_seen   bigint := 0;
+    v_depth  integer := 0;
+    v_kind   text[] := '{}';
+    v_name   text[] := '{}';
+    v_idx    integer[] := '{}';
+    v_key    boolean[] := '{}'; -- the object at this depth expects a key next
+    v_path   text := '$';
 BEGIN
-    IF NOT pgoutbox.may_hold_credential_key(payload::text) THEN
+    IF NOT pgoutbox.may_hold_credential_key(v_text) THEN
         RETURN NULL;
     END IF;
-    WITH RECURSIVE walk(pos, path, cred, value) AS (
-        SELECT ARRAY[]::integer[], '$'::text, false, payload
-        UNION ALL
-        SELECT w.pos || e.ord::integer,
-               CASE WHEN e.name IS NULL THEN w.path || '[' || (e.ord - 1) || ']' ELSE w.path || '.' || e.name END,
-               e.cred, e.value
-        FROM walk w
-        CROSS JOIN LATERAL (
-            SELECT o.key AS name, o.value, o.ord,
-                   pgoutbox.has_credential_stem(o.key) AND pgoutbox.is_credential_key(o.key) AS cred
-            FROM json_each(CASE WHEN json_typeof(w.value) = 'object' THEN w.value ELSE '{}' END)
-                WITH ORDINALITY AS o(key, value, ord)
-            UNION ALL
-            SELECT NULL, a.value, a.ord, false
-            FROM json_array_elements(CASE WHEN json_typeof(w.value) = 'array' THEN w.value ELSE '[]' END)
-                WITH ORDINALITY AS a(value, ord)
-        ) e
-        WHERE NOT w.cred AND (e.cred OR (json_typeof(e.value) IN ('object', 'array')
-                                         AND pgoutbox.may_hold_credential_key(e.value::text)))
-    )
-    SELECT walk.path INTO v_path FROM walk WHERE walk.cred ORDER BY walk.pos LIMIT 1;
-    RETURN v_path;
+    SELECT r.ord INTO v_nth
+    FROM regexp_matches(v_text, '("(?:[^"\\]|\\.)*")(\s*:)?', 'g') WITH ORDINALITY AS r(m, ord)
+    WHERE r.m[2] IS NOT NULL AND pgoutbox.may_hold_credential_key(r.m[1])
+      AND pgoutbox.is_credential_key(r.m[1]::json #>> '{}')
+    ORDER BY r.ord
+    LIMIT 1;
+    IF v_nth IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The refused key is the v_nth string: walk the tokens up to it.
+    FOR v_tok IN SELECT t.m[1] FROM regexp_matches(v_text, '("(?:[^"\\]|\\.)*"|[][{}:,])', 'g') AS t(m) LOOP
+        CASE left(v_tok, 1)
+        WHEN '{', '[' THEN
+            v_depth := v_depth + 1;
+            v_kind[v_depth] := v_tok;
+            v_idx[v_depth] := 0;
+            v_key[v_depth] := v_tok = '{';
+        WHEN '}', ']' THEN
+            v_depth := v_depth - 1;
+        WHEN ',' THEN
+            IF v_kind[v_depth] = '[' THEN
+                v_idx[v_depth] := v_idx[v_depth] + 1;
+            ELSE
+                v_key[v_depth] := true;
+            END IF;
+        WHEN ':' THEN
+            NULL;
+        ELSE
+            v_seen := v_seen + 1;
+            IF v_seen = v_nth THEN
+                FOR d IN 1..v_depth - 1 LOOP
+                    v_path := v_path || CASE WHEN v_kind[d] = '[' THEN '[' || v_idx[d] || ']'
+                                             ELSE '.' || (v_name[d]::json #>> '{}') END;
+                END LOOP;
+                RETURN v_path || '.' || (v_tok::json #>> '{}');
+            END IF;
+            IF v_depth > 0 AND v_key[v_depth] THEN
+                v_name[v_depth] := v_tok;
+                v_key[v_depth] := false;
+            END IF;
+        END CASE;
+    END LOOP;
+    RETURN NULL;
 END;
 $_$;
+
+CREATE FUNCTION pgoutbox.dead_letter_moves_on(p_queue text, p_type text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT coalesce(
+        (SELECT c.dead_letter_moves_on FROM pgoutbox.ordering_choices c
+         WHERE c.queue = p_queue AND c.effect_type = p_type),
+        (SELECT t.dead_letter_moves_on FROM pgoutbox.ordering_types t
+         WHERE t.effect_type = p_type),
+        false)
+$$;
 
 CREATE FUNCTION pgoutbox.effect_attempts_delete() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -159,14 +201,17 @@ DECLARE
     v_delay     interval;
     v_ts        timestamptz;
     v_ids       bigint[];
+    i           integer := -1;
 BEGIN
     IF effects IS NULL OR json_typeof(effects) <> 'array' THEN
         RAISE EXCEPTION 'pgoutbox: invalid batch: effects must be a JSON array of effect objects'
             USING ERRCODE = 'OB001';
     END IF;
     v_n := json_array_length(effects);
-    FOR i IN 0..v_n - 1 LOOP
-        v_e := effects -> i;
+    -- One pass over the array (00015): effects -> i re-read it from the
+    -- start for every element.
+    FOR v_e IN SELECT a.value FROM json_array_elements(effects) AS a LOOP
+        i := i + 1;
         v_at := CASE WHEN v_n > 1 THEN format('effect %s: ', i) ELSE '' END;
         IF json_typeof(v_e) <> 'object' THEN
             RAISE EXCEPTION 'pgoutbox: %invalid effect: must be a JSON object, not %', v_at, json_typeof(v_e)
@@ -192,8 +237,10 @@ BEGIN
         WHEN 'null' THEN
             v_attempts := array_append(v_attempts, NULL);
         WHEN 'number' THEN
-            v_num := (v_e ->> 'max_attempts')::numeric;
-            IF v_num <> trunc(v_num) OR v_num < 0 OR v_num > 1000 THEN
+            -- Bounded before numeric reads it (00015).
+            v_num := CASE WHEN pgoutbox.json_bounds(v_e ->> 'max_attempts') IS NULL
+                          THEN (v_e ->> 'max_attempts')::numeric END;
+            IF v_num IS NULL OR v_num <> trunc(v_num) OR v_num < 0 OR v_num > 1000 THEN
                 RAISE EXCEPTION 'pgoutbox: %invalid effect: max_attempts must be between 0 (default) and 1000, not %',
                     v_at, v_e ->> 'max_attempts'
                     USING ERRCODE = 'OB001', COLUMN = 'max_attempts';
@@ -221,6 +268,10 @@ BEGIN
         WHEN 'null' THEN
             v_delay := NULL;
         WHEN 'number' THEN
+            IF pgoutbox.json_bounds(v_e ->> 'delay') IS NOT NULL THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: delay % is not a number of seconds', v_at, v_e ->> 'delay'
+                    USING ERRCODE = 'OB001', COLUMN = 'delay';
+            END IF;
             v_delay := make_interval(secs => (v_e ->> 'delay')::float8);
         WHEN 'string' THEN
             BEGIN
@@ -242,6 +293,13 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.enqueue_caller() RETURNS name
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user ELSE current_setting('role')::name END
+$$;
+
 CREATE FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -257,9 +315,30 @@ DECLARE
     v_pj        jsonb;
     v_size      integer;
     v_ids       bigint[];
+    v_caller    name := pgoutbox.enqueue_caller();
+    v_open      boolean;
+    v_text      text;
+    v_reason    text;
+    v_i         integer;
 BEGIN
     IF v_n = 0 THEN
         RETURN '{}';
+    END IF;
+    -- The grants (00015), before anything else: a caller that may not
+    -- write the table itself enqueues only what it was granted.
+    v_open := has_table_privilege(v_caller, 'pgoutbox.effects', 'INSERT');
+    IF NOT v_open THEN
+        SELECT t.ord::integer INTO v_i
+        FROM unnest(p_queues, p_types) WITH ORDINALITY AS t(queue, effect_type, ord)
+        WHERE NOT coalesce(pgoutbox.may_enqueue(v_caller, t.queue, t.effect_type), false)
+        ORDER BY t.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'pgoutbox: %role "%" may not enqueue effect type "%" into queue "%" (the owner grants it with pgoutbox.grant_enqueue)',
+                CASE WHEN v_n > 1 THEN format('effect %s: ', v_i - 1) ELSE '' END, v_caller,
+                p_types[v_i], p_queues[v_i]
+                USING ERRCODE = 'insufficient_privilege', COLUMN = 'queue';
+        END IF;
     END IF;
     FOR i IN 1..v_n LOOP
         v_at := CASE WHEN v_n > 1 THEN format('effect %s: ', i - 1) ELSE '' END;
@@ -299,10 +378,17 @@ BEGIN
         IF p_payloads[i] IS NULL THEN
             v_pj := '{}';
         ELSE
-            v_size := octet_length(p_payloads[i]::text);
+            v_text := p_payloads[i]::text;
+            v_size := octet_length(v_text);
             IF v_size > 65536 THEN
                 RAISE EXCEPTION 'pgoutbox: %payload is % bytes, over the 65536-byte limit', v_at, v_size
                     USING ERRCODE = 'OB002', COLUMN = 'payload';
+            END IF;
+            -- The bounds (00015), before jsonb spells the numbers out.
+            v_reason := pgoutbox.json_bounds(v_text);
+            IF v_reason IS NOT NULL THEN
+                RAISE EXCEPTION 'pgoutbox: %invalid effect: payload %', v_at, v_reason
+                    USING ERRCODE = 'OB001', COLUMN = 'payload';
             END IF;
             v_path := pgoutbox.credential_key_path(p_payloads[i]);
             IF v_path IS NOT NULL THEN
@@ -377,6 +463,22 @@ BEGIN
             RAISE EXCEPTION 'pgoutbox: an idempotency key conflicts with an effect this transaction cannot see'
                 USING ERRCODE = 'serialization_failure';
         END IF;
+        -- A taken key answers its effect's id only to a caller that may
+        -- enqueue that effect (00015): its queue is the element's, its type
+        -- may differ (NULL: the effect is gone, its key retained).
+        IF NOT v_open THEN
+            SELECT t.ord::integer INTO v_i
+            FROM unnest(p_queues, v_ids) WITH ORDINALITY AS t(queue, id, ord)
+            LEFT JOIN pgoutbox.effects e ON e.id = t.id
+            WHERE NOT coalesce(pgoutbox.may_enqueue(v_caller, t.queue, e.effect_type), false)
+            ORDER BY t.ord
+            LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'pgoutbox: %the idempotency key is taken in queue "%" by an effect role "%" may not enqueue',
+                    CASE WHEN v_n > 1 THEN format('effect %s: ', v_i - 1) ELSE '' END, p_queues[v_i], v_caller
+                    USING ERRCODE = 'insufficient_privilege', COLUMN = 'idempotency_key';
+            END IF;
+        END IF;
     END IF;
     RETURN v_ids;
 END;
@@ -387,6 +489,35 @@ CREATE FUNCTION pgoutbox.fold_key(s text) RETURNS text
     AS $$
     SELECT translate(s, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ' || chr(8490) || chr(304), 'abcdefghijklmnopqrstuvwxyzki')
 $$;
+
+CREATE FUNCTION pgoutbox.grant_enqueue(role_name text, queue text, effect_type text DEFAULT NULL::text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    c_blank  constant text := '^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$';
+    v_n      integer;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = grant_enqueue.role_name) THEN
+        RAISE EXCEPTION 'pgoutbox: role "%" does not exist', grant_enqueue.role_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF grant_enqueue.queue IS NULL OR octet_length(grant_enqueue.queue) > 128 OR grant_enqueue.queue ~ c_blank THEN
+        RAISE EXCEPTION 'pgoutbox: invalid grant: queue must be 1-128 bytes, not only white space'
+            USING ERRCODE = 'OB001', COLUMN = 'queue';
+    END IF;
+    IF grant_enqueue.effect_type IS NOT NULL
+        AND (octet_length(grant_enqueue.effect_type) > 128 OR grant_enqueue.effect_type ~ c_blank) THEN
+        RAISE EXCEPTION 'pgoutbox: invalid grant: effect_type must be NULL (every type) or 1-128 bytes, not only white space'
+            USING ERRCODE = 'OB001', COLUMN = 'effect_type';
+    END IF;
+    INSERT INTO pgoutbox.enqueue_grants (grantee, queue, effect_type)
+    VALUES (grant_enqueue.role_name, grant_enqueue.queue, grant_enqueue.effect_type)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n = 1;
+END;
+$_$;
 
 CREATE FUNCTION pgoutbox.has_credential_stem(s text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -469,6 +600,36 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.json_bounds(s text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+DECLARE
+    v_bare   text := regexp_replace(s, '"(?:[^"\\]|\\.)*"', '""', 'g');
+    v_br     text := regexp_replace(v_bare, '[^][{}]+', '', 'g');
+    v_depth  integer;
+BEGIN
+    -- Valid JSON closes what it opens: 128 brackets or fewer nest at most 64.
+    IF octet_length(v_br) > 128 THEN
+        SELECT max(d) INTO v_depth FROM (
+            SELECT sum(CASE WHEN u.c IN ('[', '{') THEN 1 ELSE -1 END) OVER (ORDER BY u.o) AS d
+            FROM unnest(string_to_array(v_br, NULL)) WITH ORDINALITY AS u(c, o)) x;
+        IF v_depth > 64 THEN
+            RETURN 'nests deeper than 64 levels of arrays and objects';
+        END IF;
+    END IF;
+    -- Outside strings, only numbers (and the e of true and false) use these.
+    IF v_bare ~ '[-+.0-9eE]{101}' THEN
+        RETURN 'has a number literal longer than 100 characters';
+    END IF;
+    IF v_bare ~ '[eE][-+]?0*[1-9][0-9]{2}' AND EXISTS (
+        SELECT FROM regexp_matches(v_bare, '[eE][-+]?0*([0-9]+)', 'g') AS m
+        WHERE CASE WHEN length(m[1]) > 3 THEN true ELSE m[1]::integer > 400 END) THEN
+        RETURN 'has a number with an exponent beyond ±400';
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.key(VARIADIC parts text[]) RETURNS text
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -478,6 +639,17 @@ BEGIN
     END IF;
     RETURN encode(sha256(convert_to(array_to_string(parts, '|'), 'UTF8')), 'hex');
 END;
+$$;
+
+CREATE FUNCTION pgoutbox.may_enqueue(p_role name, p_queue text, p_type text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT has_table_privilege(p_role, 'pgoutbox.effects', 'INSERT')
+        OR EXISTS (
+            SELECT FROM pgoutbox.enqueue_grants g JOIN pg_roles r ON r.rolname = g.grantee
+            WHERE g.queue = p_queue AND (g.effect_type IS NULL OR g.effect_type = p_type)
+              AND pg_has_role(p_role, r.oid, 'USAGE'))
 $$;
 
 CREATE FUNCTION pgoutbox.may_hold_credential_key(s text) RETURNS boolean
@@ -491,19 +663,38 @@ CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    q text := NEW.queue;
+    q       text := NEW.queue;
+    v_saved text;
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF pg_trigger_depth() > 1 OR current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_notify('pgoutbox_effects', q);
         RETURN NULL;
     END IF;
     IF EXISTS (SELECT 1 FROM pgoutbox.notify_state s
-               WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds')
-       OR NOT pg_try_advisory_xact_lock(hashtextextended('pgoutbox.notify.' || q, 0)) THEN
+               WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '10 milliseconds') THEN
         RETURN NULL;
     END IF;
-    INSERT INTO pgoutbox.notify_state AS s (queue, notified_at) VALUES (q, clock_timestamp())
-    ON CONFLICT (queue) DO UPDATE SET notified_at = excluded.notified_at;
+    PERFORM 1 FROM pgoutbox.notify_state s WHERE s.queue = q FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pgoutbox.notify_state s SET notified_at = clock_timestamp() WHERE s.queue = q;
+    ELSIF EXISTS (SELECT 1 FROM pgoutbox.notify_state s WHERE s.queue = q) THEN
+        IF EXISTS (SELECT 1 FROM pgoutbox.notify_state s
+                   WHERE s.queue = q AND s.notified_at > clock_timestamp() - interval '20 milliseconds') THEN
+            RETURN NULL;
+        END IF;
+    ELSE
+        -- The queue's first notification. Never wait for another
+        -- transaction inserting the same row: it notifies too.
+        v_saved := current_setting('lock_timeout');
+        BEGIN
+            PERFORM set_config('lock_timeout', '1ms', true);
+            INSERT INTO pgoutbox.notify_state (queue, notified_at) VALUES (q, clock_timestamp())
+            ON CONFLICT (queue) DO NOTHING;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+        PERFORM set_config('lock_timeout', v_saved, true);
+    END IF;
     PERFORM pg_notify('pgoutbox_effects', q);
     RETURN NULL;
 END;
@@ -547,17 +738,41 @@ END;
 $$;
 
 CREATE FUNCTION pgoutbox.ordering_lock(p_queues text[], p_ordering_keys text[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT count(pg_advisory_xact_lock(s.q, s.stripe))
-    FROM (
-        SELECT DISTINCT hashtext('pgoutbox.ordering:' || t.q) AS q, (hashtextextended(t.k, 0) & 255)::integer AS stripe
-        FROM unnest(p_queues, p_ordering_keys) AS t(q, k)
-        WHERE t.k IS NOT NULL
-        ORDER BY 1, 2
-    ) s;
-    SELECT NULL::void;
+DECLARE
+    v_role    text := current_setting('role');
+    v_stripes integer[];
+    v_n       bigint;
+BEGIN
+    IF v_role = 'none' THEN
+        v_role := session_user;
+    END IF;
+    IF NOT has_table_privilege(v_role, 'pgoutbox.effects', 'INSERT') THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = 'pgoutbox_enqueuer') THEN
+            RAISE EXCEPTION 'pgoutbox: role % may not take ordering locks: it may not enqueue', v_role
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF NOT pg_has_role(v_role, 'pgoutbox_enqueuer', 'MEMBER') THEN
+            RAISE EXCEPTION 'pgoutbox: role % may not take ordering locks: it may not enqueue', v_role
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    SELECT array_agg(DISTINCT (hashtextextended(t.k, hashtextextended(t.q, 0)) & 1023)::integer)
+    INTO v_stripes
+    FROM unnest(p_queues, p_ordering_keys) AS t(q, k)
+    WHERE t.k IS NOT NULL;
+    IF v_stripes IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO v_n FROM (
+        SELECT 1 FROM pgoutbox.ordering_stripes s
+        WHERE s.stripe = ANY(v_stripes)
+        ORDER BY s.stripe
+        FOR UPDATE
+    ) l;
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time zone, attempts integer, max_attempts integer) RETURNS pgoutbox.effect_state
@@ -568,6 +783,86 @@ CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time
         WHEN attempts >= max_attempts THEN 'dead_letter'
         ELSE 'available'
     END)::pgoutbox.effect_state
+$$;
+
+CREATE FUNCTION pgoutbox.replay_dead_letters(p_ids bigint[], p_queue text, p_type text, p_limit integer) RETURNS TABLE(id bigint, queue text, effect_type text, state text)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids   bigint[];
+    v_next  bigint;
+    v_state text;
+    r       record;
+BEGIN
+    SELECT array_agg(x.id ORDER BY x.id) INTO v_ids FROM (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.state = 'dead_letter'
+          AND (cardinality(p_ids) = 0 OR e.id = ANY(p_ids))
+          AND (p_queue = '' OR e.queue = p_queue) AND (p_type = '' OR e.effect_type = p_type)
+        ORDER BY e.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED) x;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The move-on dead letters among them: no new effect of their keys
+    -- commits before this transaction does (pgoutbox.ordering_lock, in one
+    -- canonical order) ...
+    PERFORM pgoutbox.ordering_lock(array_agg(e.queue), array_agg(e.ordering_key))
+    FROM pgoutbox.effects e
+    WHERE e.id = ANY(v_ids) AND e.ordering_key IS NOT NULL
+      AND pgoutbox.dead_letter_moves_on(e.queue, e.effect_type);
+
+    -- ... and each key's first blocking effect after the dead letter is
+    -- leased (the claim waits for it), not available, or available and
+    -- locked here, after any claim transaction that held it has ended.
+    FOR r IN
+        SELECT e.id, e.queue, e.ordering_key FROM pgoutbox.effects e
+        WHERE e.id = ANY(v_ids) AND e.ordering_key IS NOT NULL
+          AND pgoutbox.dead_letter_moves_on(e.queue, e.effect_type)
+        ORDER BY e.id
+    LOOP
+        LOOP
+            SELECT p.id, p.state::text INTO v_next, v_state FROM pgoutbox.effects p
+            WHERE p.queue = r.queue AND p.ordering_key = r.ordering_key AND p.id > r.id
+              AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+              AND (p.state <> 'dead_letter' OR NOT pgoutbox.dead_letter_moves_on(p.queue, p.effect_type))
+            ORDER BY p.id
+            LIMIT 1;
+            EXIT WHEN NOT FOUND OR v_state <> 'available';
+            PERFORM 1 FROM pgoutbox.effects p WHERE p.id = v_next AND p.state::text = 'available' FOR KEY SHARE OF p;
+            EXIT WHEN FOUND;
+        END LOOP;
+    END LOOP;
+
+    RETURN QUERY
+    WITH moved AS (
+        UPDATE pgoutbox.effects e
+        SET state = 'available', attempts = 0, available_at = now(),
+            dead_lettered_at = NULL, delivery_started_at = NULL
+        WHERE e.id = ANY(v_ids) AND e.state::text = 'dead_letter'
+        RETURNING e.id, e.queue, e.effect_type, e.state::text AS state
+    )
+    SELECT m.id, m.queue, m.effect_type, m.state FROM moved m ORDER BY m.id;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effect_type text DEFAULT NULL::text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM pgoutbox.enqueue_grants g
+    WHERE g.grantee = revoke_enqueue.role_name AND g.queue = revoke_enqueue.queue
+      AND (revoke_enqueue.effect_type IS NULL OR g.effect_type = revoke_enqueue.effect_type);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.unpark_next() RETURNS trigger
@@ -693,12 +988,39 @@ ALTER TABLE pgoutbox.effects ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE pgoutbox.enqueue_grants (
+    grantee name NOT NULL,
+    queue text NOT NULL,
+    effect_type text,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT enqueue_grants_effect_type_check CHECK (((octet_length(effect_type) >= 1) AND (octet_length(effect_type) <= 128))),
+    CONSTRAINT enqueue_grants_queue_check CHECK (((octet_length(queue) >= 1) AND (octet_length(queue) <= 128)))
+);
+
 CREATE TABLE pgoutbox.key_rune_classes (
     lo integer NOT NULL,
     hi integer NOT NULL,
     class "char" NOT NULL,
     CONSTRAINT key_rune_classes_check CHECK ((hi >= lo)),
     CONSTRAINT key_rune_classes_class_check CHECK ((class = ANY (ARRAY['U'::"char", 'L'::"char", 'O'::"char"])))
+);
+
+CREATE TABLE pgoutbox.lock_claims (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    effect_ids bigint[] NOT NULL,
+    claimed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE pgoutbox.lock_claims IS 'The effects each open row-lock batch holds; a record left by a batch that never closed marks its effects as attempted (docs/design.md "Row-lock leases").';
+
+ALTER TABLE pgoutbox.lock_claims ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgoutbox.lock_claims_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 CREATE UNLOGGED TABLE pgoutbox.notify_pending (
@@ -722,6 +1044,14 @@ CREATE TABLE pgoutbox.ordering_choices (
 );
 
 COMMENT ON TABLE pgoutbox.ordering_choices IS 'Per queue and effect type: does a dead letter let its ordering key move on (true) or block it until replayed (false)? Written by pgoutbox Clients, the NATS relay and consumer at start from EffectType.OrderingMovesOn; absent: pgoutbox.ordering_types, then strict.';
+
+CREATE TABLE pgoutbox.ordering_stripes (
+    stripe integer NOT NULL,
+    CONSTRAINT ordering_stripes_stripe_check CHECK (((stripe >= 0) AND (stripe <= 1023)))
+)
+WITH (fillfactor='10');
+
+COMMENT ON TABLE pgoutbox.ordering_stripes IS 'The ordering locks: an enqueue locks the rows of its (queue, ordering key) stripes until it commits (docs/design.md "Per-key ordering").';
 
 CREATE TABLE pgoutbox.ordering_types (
     effect_type text NOT NULL,
@@ -768,6 +1098,9 @@ ALTER TABLE ONLY pgoutbox.effects
 ALTER TABLE ONLY pgoutbox.key_rune_classes
     ADD CONSTRAINT key_rune_classes_pkey PRIMARY KEY (lo);
 
+ALTER TABLE ONLY pgoutbox.lock_claims
+    ADD CONSTRAINT lock_claims_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY pgoutbox.notify_pending
     ADD CONSTRAINT notify_pending_pkey PRIMARY KEY (pid);
 
@@ -776,6 +1109,9 @@ ALTER TABLE ONLY pgoutbox.notify_state
 
 ALTER TABLE ONLY pgoutbox.ordering_choices
     ADD CONSTRAINT ordering_choices_pkey PRIMARY KEY (queue, effect_type);
+
+ALTER TABLE ONLY pgoutbox.ordering_stripes
+    ADD CONSTRAINT ordering_stripes_pkey PRIMARY KEY (stripe);
 
 ALTER TABLE ONLY pgoutbox.ordering_types
     ADD CONSTRAINT ordering_types_pkey PRIMARY KEY (effect_type);
@@ -793,9 +1129,13 @@ CREATE INDEX effects_completed_idx ON pgoutbox.effects USING btree (completed_at
 
 CREATE INDEX effects_lease_expiry_idx ON pgoutbox.effects USING btree (lease_expires_at) WHERE (state = 'leased'::pgoutbox.effect_state);
 
+CREATE INDEX effects_ordered_leases_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE ((ordering_key IS NOT NULL) AND (state = 'leased'::pgoutbox.effect_state));
+
 CREATE INDEX effects_ordering_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE ((ordering_key IS NOT NULL) AND (state <> 'completed'::pgoutbox.effect_state));
 
 CREATE INDEX effects_parked_idx ON pgoutbox.effects USING btree (queue, ordering_key, id) WHERE (parked_due_at IS NOT NULL);
+
+CREATE UNIQUE INDEX enqueue_grants_key ON pgoutbox.enqueue_grants USING btree (grantee, queue, COALESCE(effect_type, ''::text));
 
 CREATE TRIGGER effects_attempts_delete AFTER DELETE ON pgoutbox.effects REFERENCING OLD TABLE AS old_effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_attempts_delete();
 
@@ -821,6 +1161,8 @@ CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgo
 
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
 
+REVOKE ALL ON FUNCTION pgoutbox.dead_letter_moves_on(p_queue text, p_type text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text) TO pgoutbox_enqueuer;
 
@@ -829,4 +1171,10 @@ GRANT ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) TO pgoutbox_enqueuer;
 
 REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.grant_enqueue(role_name text, queue text, effect_type text) FROM PUBLIC;
+
 GRANT ALL ON FUNCTION pgoutbox.key(VARIADIC parts text[]) TO pgoutbox_enqueuer;
+
+REVOKE ALL ON FUNCTION pgoutbox.may_enqueue(p_role name, p_queue text, p_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effect_type text) FROM PUBLIC;

@@ -409,7 +409,7 @@ func TestParkLimitCountsBlockedOnly(t *testing.T) {
 	pool, _ := pgtest.NewPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := SetOrderingTypes(ctx, pool, []string{"t"}, []bool{true}); err != nil {
+	if _, err := SetOrderingChoices(ctx, pool, []string{"q"}, []string{"t"}, []bool{true}); err != nil {
 		t.Fatal(err)
 	}
 	const limit = 10
