@@ -33,7 +33,7 @@ bench: build
 	./scripts/test-deps postgres
 	cd bench && $(GO) run . $(if $(DATABASE_URL),,-local $(BENCH_PG)) $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
-	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./target/nats
+	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./adapters/nats
 
 ## bench-curves: drain rate, worker RSS, WAL and PostgreSQL CPU per effect against backlog (100k, 1M, 5M), payload
 ## (300 B, 4 KiB, 32 KiB) and worker processes (1, 2, 4), River, pgoutbox (row-lock, the default; durable) and the

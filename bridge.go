@@ -6,7 +6,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/core"
 )
 
-// The engine of a broker consumer (target/nats) is internal/core's, as the
+// The engine of a broker consumer (adapters/nats) is internal/core's, as the
 // Client's is; this gives it the root's job building and classification.
 func init() {
 	core.Provide(core.Bridge[EffectType, Delivery]{

@@ -326,7 +326,7 @@ func (c *Client) registerOrdering(ctx context.Context) error {
 // type's dead-letter choice for ordered keys (EffectType.OrderingMovesOn),
 // in pgoutbox.ordering_choices, which every claim reads; rows already right
 // are not written, and no other queue's choice changes. A Client with queues
-// calls it when it starts, and so do the NATS relay and consumer (target/nats)
+// calls it when it starts, and so do the NATS relay and consumer (adapters/nats)
 // and the projection; a program that claims through ClaimLeases or
 // ClaimRelay calls it itself (a type never registered in a queue is strict).
 //

@@ -3,8 +3,8 @@ package controlplane_test
 import (
 	"testing"
 
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 )
 
 // TestStaleWorkflowRunCompletesTheCheckRunTimedOut: a workflow run GitHub

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/target/github"
+	"github.com/pgoutbox/pgoutbox/adapters/github"
 )
 
 // GitHub is the part of the GitHub client the effect handlers use.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/adapters/github"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
-	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 // withGitHub starts the emulator (delivering its webhooks to the control

@@ -6,8 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 )
 
 // TestLifecycleJobRefusesAnAppliedInboxRow: a control_plane.webhook job

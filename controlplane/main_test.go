@@ -18,9 +18,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 

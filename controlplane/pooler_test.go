@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgoutbox/pgoutbox/adapters/github"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
-	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 // The release control plane through a PgBouncer 1.18 in transaction mode

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/target/github"
+	"github.com/pgoutbox/pgoutbox/adapters/github"
 )
 
 // ReconcileSkew widens the inspect window before delivery_started_at, for

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgoutbox/pgoutbox/adapters/github"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
-	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 const sha2 = "2222222222222222222222222222222222222222"

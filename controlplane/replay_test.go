@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 )
 
 // TestReplayedWebhookBodyDispatchesNothing: a captured, validly signed

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/github"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
-	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 // heldDispatch lets a test hold one workflow dispatch after GitHub

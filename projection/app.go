@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
 	"github.com/pgoutbox/pgoutbox/internal/httpx"
-	"github.com/pgoutbox/pgoutbox/target/solr"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
 )
 
 // App is the record projection application: its HTTP routes, its effect

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/target/solr"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
 )
 
 // Defaults of Config. Each applies when the field is zero.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgoutbox/pgoutbox/target/solr"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
 )
 
 // TestFromEnvNamesVariables: a target switched on with a missing or bad

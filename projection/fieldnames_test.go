@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/solr"
 )
 
 // TestSolrReservedFieldNamesAreProjected: a record whose field names Solr

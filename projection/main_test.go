@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql/sparqltest"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/sparql/sparqltest"
 )
 
 func TestMain(m *testing.M) {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	fake "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	fake "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/solr"
 )
 
 // The projection through a PgBouncer 1.18 in transaction mode

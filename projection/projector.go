@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
 	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
-	"github.com/pgoutbox/pgoutbox/target/solr"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
 )
 
 // ErrNoTarget is returned by RunBatch and Drain when no target is enabled:

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
-	fake "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	fake "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/solr"
 )
 
 const solrCore = "records"

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql/sparqltest"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
-	"github.com/pgoutbox/pgoutbox/target/sparql/sparqltest"
 )
 
 // graphStore is a real Virtuoso behind a proxy that can fail requests.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
 )
 
 // TestSPARQLValuesRoundTripFromTheRecordsAPI: values that look like

@@ -11,7 +11,7 @@ import (
 // is the binary's default database); testing registers test flags and
 // brings the test runner; net/http/httptest registers a global
 // -httptest.serve flag (the demo's emulators serve through
-// internal/fakes/loopback instead).
+// adapters/internal/loopback instead).
 var testOnly = []string{
 	"testing",
 	"net/http/httptest",

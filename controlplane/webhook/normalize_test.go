@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 )
 
 func loadPayloads(t *testing.T) []fakegh.Payload {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane/webhook"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 )
 
 // seedCorpus adds GitHub's published payloads (up to limit bytes each) as

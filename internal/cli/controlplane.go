@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/adapters/github"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 // controlPlaneConfig reads the control plane's settings from the

@@ -1,6 +1,6 @@
 package cli
 
-// HTTP delivery's wiring into serve and work (package target/httpdelivery):
+// HTTP delivery's wiring into serve and work (package adapters/httpdelivery):
 // the effect types that PGOUTBOX_HTTP_DELIVERY's file routes to the user's
 // own HTTP endpoints, signed as Standard Webhooks, so a service in any
 // language handles what it enqueued through the SQL API.
@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/pgoutbox/pgoutbox/target/httpdelivery"
+	"github.com/pgoutbox/pgoutbox/adapters/httpdelivery"
 )
 
 // httpDeliveryEnv names the configuration file of HTTP delivery.

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/httpdelivery"
 	"github.com/pgoutbox/pgoutbox/internal/cli"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
-	"github.com/pgoutbox/pgoutbox/target/httpdelivery"
 )
 
 // hookSecret is the Standard Webhooks specification's example secret.

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	fakesolr "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
+	fakesolr "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/projection"
 )

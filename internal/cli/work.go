@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgoutbox/pgoutbox"
+	pgnats "github.com/pgoutbox/pgoutbox/adapters/nats"
 	"github.com/pgoutbox/pgoutbox/internal/server"
-	pgnats "github.com/pgoutbox/pgoutbox/target/nats"
 )
 
 // natsFlags are work's broker settings (docs/scale-out.md).

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox"
+	fakesolr "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
 	"github.com/pgoutbox/pgoutbox/internal/cli"
-	fakesolr "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
 	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/projection"

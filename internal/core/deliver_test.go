@@ -49,7 +49,7 @@ func enqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, effects ...p
 	return ids
 }
 
-// deliverer is the Deliverer as target/nats's consumer builds it, from the
+// deliverer is the Deliverer as adapters/nats's consumer builds it, from the
 // root package's bridge; it records every failure in PostgreSQL (no
 // hand-back to a broker).
 func deliverer(pool *pgxpool.Pool) core.Deliverer {
@@ -145,7 +145,7 @@ func outcomes(t *testing.T, ctx context.Context, pool *pgxpool.Pool, queue strin
 // from the root package's bridge (job building and classification): the
 // same effects delivered both ways end in the same rows. Each path runs the
 // same handlers on its own queue: "w" by a Client, "r" relayed (a relay
-// claim, a take-over) and delivered as target/nats does.
+// claim, a take-over) and delivered as adapters/nats does.
 func TestRelayedDeliveryMirrorsTheWorker(t *testing.T) {
 	t.Parallel()
 	pool, ctx := setup(t)

@@ -1,5 +1,5 @@
 // Package core is the delivery engine shared by everything that delivers
-// effects: the root package's Client, target/nats's consumer and relay, and
+// effects: the root package's Client, adapters/nats's consumer and relay, and
 // the projection's projector. It holds, once each:
 //
 //   - Lifecycle: start, stop with a grace period, stop twice safely;

@@ -21,13 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/github"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
 	"github.com/pgoutbox/pgoutbox/internal/console"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/server"
 	"github.com/pgoutbox/pgoutbox/internal/store"
-	"github.com/pgoutbox/pgoutbox/target/github"
 )
 
 // Defaults of Options.

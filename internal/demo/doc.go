@@ -15,5 +15,5 @@
 //
 // Every run uses fresh tags, commits and record contents, so a second run on
 // the same database tells its own story; the summary counts only this run's
-// effects. This is the only runtime package that imports internal/fakes.
+// effects. This is the only runtime package that imports the emulators (adapters/github/githubtest, adapters/solr/solrtest).
 package demo

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	"github.com/pgoutbox/pgoutbox/controlplane"
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 

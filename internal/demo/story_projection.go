@@ -11,10 +11,10 @@ import (
 	"strings"
 
 	"github.com/pgoutbox/pgoutbox"
-	fakesolr "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
+	"github.com/pgoutbox/pgoutbox/adapters/solr"
+	fakesolr "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
+	"github.com/pgoutbox/pgoutbox/adapters/sparql"
 	"github.com/pgoutbox/pgoutbox/projection"
-	"github.com/pgoutbox/pgoutbox/target/solr"
-	"github.com/pgoutbox/pgoutbox/target/sparql"
 )
 
 // The projection story's numbers.

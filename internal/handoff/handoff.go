@@ -1,5 +1,5 @@
 // Package handoff is the protocol by which a broker relay and its consumers
-// (target/nats) share the effects of PostgreSQL (docs/design.md,
+// (adapters/nats) share the effects of PostgreSQL (docs/design.md,
 // "Scale-out"). PostgreSQL stays the source of truth and every transition
 // stays fenced:
 //
@@ -18,7 +18,7 @@
 // It imports the root package (for Delivery, ErrLeaseLost and the engine's
 // defaults) and internal/store, whose statements it runs; the root package
 // must never import it. Nothing here is part of the library's API: an
-// application uses target/nats.
+// application uses adapters/nats.
 package handoff
 
 import (
@@ -170,7 +170,7 @@ type Message struct {
 }
 
 // Action says what TakeOver did with one Message; its value is the metric
-// label target/nats records.
+// label adapters/nats records.
 type Action string
 
 // Take-over actions.

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/httpdelivery"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
-	"github.com/pgoutbox/pgoutbox/target/httpdelivery"
 )
 
 // receiverLine is what the Node receiver prints per request.

@@ -21,8 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
-	fakesolr "github.com/pgoutbox/pgoutbox/internal/fakes/solr"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
+	fakesolr "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
 )
 
 // buildBinary builds cmd/pgoutbox into dir.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	fakegh "github.com/pgoutbox/pgoutbox/internal/fakes/github"
+	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 )
 
 // Scenario 10: every secret is a unique canary (webhook secret, API token,
