@@ -1,6 +1,7 @@
 package projection_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -41,6 +42,10 @@ func (b *bundle) importN(t *testing.T, n int, title string) {
 
 // waitStates waits (events of c) until the queue holds want effects in
 // state.
+// drainStall is how long waitState waits without one more effect reaching
+// its state before it fails.
+const drainStall = 2 * time.Minute
+
 func (b *bundle) waitState(t *testing.T, c *pgoutbox.Client, state string, want int64) {
 	t.Helper()
 	ch, done := c.Subscribe(1 << 16)
@@ -48,7 +53,15 @@ func (b *bundle) waitState(t *testing.T, c *pgoutbox.Client, state string, want 
 	count := func() int64 {
 		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = $1 AND state = $2::pgoutbox.effect_state`, projection.Queue, state)
 	}
-	for count() < want {
+	last, lastAt := int64(-1), time.Now()
+	for n := count(); n < want; n = count() {
+		// Bounded by progress, not by a wall clock: a loaded machine only
+		// delivers slower; a drain that stops fails after drainStall.
+		if n != last {
+			last, lastAt = n, time.Now()
+		} else if time.Since(lastAt) >= drainStall {
+			t.Fatalf("%d of %d effects %s, and none more for %s", n, want, state, drainStall)
+		}
 		select {
 		case <-ch:
 			// Drain whatever else arrived before re-counting.
@@ -71,6 +84,7 @@ func TestProjectTenThousandRecordsToSolr(t *testing.T) {
 		n = 1000
 	}
 	b, s := setupSolr(t, projection.Config{Concurrency: 8})
+	b.ctx = context.WithoutCancel(b.ctx) // bounded by waitState's progress, not the bundle's 8 minutes
 	b.importN(t, n, "Record")
 	c := b.startClient(t)
 	b.waitState(t, c, "completed", int64(n))

@@ -2,6 +2,7 @@ package projection_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -85,6 +86,7 @@ func TestProjectTenThousandRecordsToSPARQL(t *testing.T) {
 		n = 2000
 	}
 	b, g := setupSPARQL(t, projection.Config{Concurrency: 2})
+	b.ctx = context.WithoutCancel(b.ctx) // bounded by waitState's progress, not the bundle's 8 minutes
 	b.importN(t, n, "Graph")
 	c := b.startClient(t)
 	start := time.Now()
