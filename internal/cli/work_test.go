@@ -239,7 +239,11 @@ func TestWorkRelayKeepsTheOrderingChoices(t *testing.T) {
 		done <- cli.Execute(wctx, []string{"--database-url", dsn, "work", "--metrics-addr", "127.0.0.1:0", "--relay", "nats", "--from", "nats",
 			"--nats-url", url, "--relay-queues", projection.Queue}, &out, &out)
 	}()
-	waitUntil(t, ctx, func() bool { return strings.Contains(out.String(), "delivering "+projection.Queue+" from NATS") })
+	// Stopped only once the in-process client runs too ("working", after
+	// the consumer's "delivering"): a stop during its start exits 1.
+	waitUntil(t, ctx, func() bool {
+		return strings.Contains(out.String(), "delivering "+projection.Queue+" from NATS") && strings.Contains(out.String(), "pgoutbox working ")
+	})
 	stop()
 	if code := <-done; code != 0 {
 		t.Fatalf("work exited %d: %s", code, out.String())
