@@ -2,7 +2,6 @@ package pgoutbox
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -42,22 +41,19 @@ import (
 // effects it held. Left at that, a poison effect that kills its worker
 // would crash-loop the queue forever, available with attempts = 0 at the
 // head of the claim order. So the batch leaves a trace that survives its
-// worker: before delivering anything it records the ids it locked
-// (store.RecordLockClaim: one row of pgoutbox.lock_claims, committed on
-// another pool connection with asynchronous commit) and deletes the record
-// in the transaction that closes it. A claim that locks a row which an
-// unclosed record names (its batch no longer holds the row, so it died),
-// a row that still carries a dead claimer's lock in its xmax, or one
+// worker: a row that still carries a dead claimer's lock in its xmax, or one
 // attempted before, reports it as suspect, and the batch promotes it
 // instead of delivering it under the lock: it is delivered under a durable
 // lease, which counts the attempt, so a poison is counted from its second
 // crash on and dead-lettered after MaxAttempts like under durable leases
 // (at most MaxAttempts+1 crashes). xmax alone is not enough: VACUUM
-// (FREEZE), or any vacuum with vacuum_freeze_min_age = 0, erases it. The
-// record costs a batch one round trip before its deliveries start; its
-// delete rides in the close's round trip, and the claim's BEGIN and the
-// close's COMMIT ride in theirs, so a batch takes three round trips, one
-// fewer than before the record. A retry, a released or recovered
+// (FREEZE), or any vacuum with vacuum_freeze_min_age = 0, erases it, and a
+// poison that kills its worker is then delivered uncounted again (issue 28,
+// point 3, open: a record of each claim in pgoutbox.lock_claims,
+// store.RecordLockClaim, fixes that but made leases expire under a live
+// worker in the deadlock test, and is not used until that is understood).
+// The claim's BEGIN and the close's COMMIT ride in their statements' round
+// trips, so a batch takes two. A retry, a released or recovered
 // effect takes a durable lease (two writes instead of one).
 
 // lockBatch is one open claim transaction of a queue in row-lock mode.
@@ -115,20 +111,12 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		rollbackLocked(cctx, conn)
 		return 0, err
 	}
-	ids := make([]int64, len(claimed))
-	for i, cl := range claimed {
-		ids[i] = cl.ID
-	}
-	record, crashed, err := store.RecordLockClaim(cctx, q.c.pool, q.name, ids)
-	if err != nil {
-		rollbackLocked(cctx, conn)
-		return 0, err
-	}
-	for i := range claimed {
-		if slices.Contains(crashed, claimed[i].ID) {
-			claimed[i].Suspect = true
-		}
-	}
+	// The batch writes no record of its claim (store.RecordLockClaim): with
+	// one, TestExtendAndGroupCommitDoNotDeadlock/rowlock saw leases expire
+	// under a live worker and duplicate deliveries in 3 of 5 runs, for a
+	// reason not yet found (issue 28, point 3 is open again). record stays
+	// 0, which CloseLocked skips.
+	var record int64
 	b := &lockBatch{
 		q: q, conn: conn, record: record, pending: 1,
 		running: make(map[int64]*inTx, len(claimed)),
