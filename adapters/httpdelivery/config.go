@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -120,12 +121,7 @@ func (c Config) Build(getenv func(string) string) (*Plan, error) {
 		return nil, errors.New("httpdelivery: configuration: no types")
 	}
 	p := &Plan{Deliverers: map[string]*Deliverer{}, Queues: map[string]pgoutbox.QueueConfig{}}
-	names := make([]string, 0, len(c.Endpoints))
-	for name := range c.Endpoints {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(c.Endpoints)) {
 		ec := c.Endpoints[name]
 		secret, err := ec.secret(name, getenv)
 		if err != nil {

@@ -69,7 +69,6 @@ type Deliverer struct {
 	key    []byte
 	hc     *http.Client
 	slots  chan struct{}
-	now    func() time.Time
 	inUse  atomic.Int64
 	maxUse atomic.Int64
 }
@@ -124,7 +123,7 @@ func New(ep Endpoint, hc *http.Client) (*Deliverer, error) {
 		c = *hc
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Deliverer{ep: ep, key: key, hc: &c, slots: make(chan struct{}, ep.Concurrency), now: time.Now}, nil
+	return &Deliverer{ep: ep, key: key, hc: &c, slots: make(chan struct{}, ep.Concurrency)}, nil
 }
 
 // Endpoint is the endpoint, with its defaults filled in.
@@ -188,7 +187,7 @@ func (d *Deliverer) Deliver(ctx context.Context, dl *pgoutbox.Delivery) error {
 	if err != nil {
 		return pgoutbox.Permanent(fmt.Errorf("httpdelivery: %s: %w", d.ep.Name, err))
 	}
-	ts := d.now().Unix()
+	ts := time.Now().Unix()
 	h := req.Header
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", "pgoutbox")
@@ -201,11 +200,14 @@ func (d *Deliverer) Deliver(ctx context.Context, dl *pgoutbox.Delivery) error {
 	h.Set("pgoutbox-attempt", strconv.Itoa(dl.Attempt))
 	resp, err := d.hc.Do(req)
 	if err != nil {
+		// The text names the endpoint, the method and the URL's path, never
+		// its query.
+		cause := httpout.TransportCause("httpdelivery: "+d.ep.Name, req, err)
 		if !sent.Load() {
 			// The request never left whole: the endpoint cannot have acted.
-			return pgoutbox.Retry(d.transportErr(req, err))
+			return pgoutbox.Retry(cause)
 		}
-		return pgoutbox.Ambiguous(d.transportErr(req, err))
+		return pgoutbox.Ambiguous(cause)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -214,14 +216,4 @@ func (d *Deliverer) Deliver(ctx context.Context, dl *pgoutbox.Delivery) error {
 	}
 	msg := httpout.Excerpt(strings.TrimSpace(string(httpout.ErrorBody(resp))), ErrorExcerptBytes)
 	return httpout.Outcome(resp, fmt.Errorf("httpdelivery: %s: answered %d: %s", d.ep.Name, resp.StatusCode, msg))
-}
-
-// transportErr names the endpoint, the method and the URL's path (never its
-// query), and the context's end when it ended the request.
-func (d *Deliverer) transportErr(req *http.Request, err error) error {
-	var oe *pgoutbox.OutcomeError
-	if errors.As(httpout.TransportError("httpdelivery: "+d.ep.Name, req, err), &oe) {
-		return oe.Err
-	}
-	return err
 }

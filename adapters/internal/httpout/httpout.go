@@ -138,10 +138,17 @@ func Excerpt(s string, n int) string {
 // not the query or credentials of the URL, and says "context canceled" or
 // "deadline exceeded" when the request's context ended.
 func TransportError(target string, req *http.Request, err error) error {
+	return pgoutbox.Ambiguous(TransportCause(target, req, err))
+}
+
+// TransportCause is TransportError's error before it is classified, for a
+// target that decides the outcome itself (a request that never left is a
+// plain retry).
+func TransportCause(target string, req *http.Request, err error) error {
 	if ctxErr := req.Context().Err(); ctxErr != nil {
 		err = ctxErr
 	} else if ue := (*url.Error)(nil); errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return pgoutbox.Ambiguous(fmt.Errorf("%s: %s %s: %w", target, req.Method, req.URL.Path, err))
+	return fmt.Errorf("%s: %s %s: %w", target, req.Method, req.URL.Path, err)
 }
