@@ -11,6 +11,40 @@ CREATE TYPE pgoutbox.effect_state AS ENUM (
     'reconciliation_required'
 );
 
+CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval) RETURNS TABLE(id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, created_at timestamp with time zone, delivery_started_at timestamp with time zone, ordering_key text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), claim.queue);
+    PERFORM pgoutbox.work_refuse_bound(octet_length(claim.worker) NOT BETWEEN 1 AND 128, 'worker',
+        'must be 1-128 bytes');
+    PERFORM pgoutbox.work_refuse_bound(claim.max_effects NOT BETWEEN 1 AND 1000, 'max_effects',
+        'must be between 1 and 1000');
+    PERFORM pgoutbox.work_refuse_bound(claim.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    RETURN QUERY
+    SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
+        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, '')
+    FROM pgoutbox.work_claim_rows(claim.queue, claim.max_effects, claim.worker,
+        extract(epoch FROM claim.lease)::float8, 1) c;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    PERFORM pgoutbox.work_refuse_fences(pgoutbox.enqueue_caller(), ARRAY[complete.id], ARRAY[complete.lease_token]);
+    SELECT count(*) INTO v_n
+    FROM pgoutbox.work_complete_rows(ARRAY[complete.id], ARRAY[complete.lease_token], ARRAY[complete.effect_type]);
+    RETURN v_n = 1;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.credential_key_path(payload json) RETURNS text
     LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
     SET plan_cache_mode TO 'force_generic_plan'
@@ -484,6 +518,79 @@ BEGIN
 END;
 $_$;
 
+CREATE FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) RETURNS TABLE(id bigint, lease_token uuid)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_n integer := cardinality(extend.ids);
+BEGIN
+    PERFORM pgoutbox.work_refuse_bound(v_n NOT BETWEEN 1 AND 1000
+        OR cardinality(extend.lease_tokens) <> v_n OR cardinality(extend.effect_types) <> v_n
+        OR array_position(extend.ids, NULL) IS NOT NULL OR array_position(extend.lease_tokens, NULL) IS NOT NULL
+        OR array_position(extend.effect_types, NULL) IS NOT NULL, 'ids',
+        'lease_tokens and effect_types must be arrays of one length, 1 to 1000, without NULL');
+    PERFORM pgoutbox.work_refuse_bound(extend.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    PERFORM pgoutbox.work_refuse_fences(pgoutbox.enqueue_caller(), extend.ids, extend.lease_tokens);
+    RETURN QUERY
+    SELECT x.r_id, x.r_token
+    FROM pgoutbox.work_extend_rows(extend.ids, extend.lease_tokens, extend.effect_types,
+        extract(epoch FROM extend.lease)::float8) x;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.fail(id bigint, lease_token uuid, effect_type text, outcome text, error text, replay_safe boolean, retry_after interval DEFAULT NULL::interval, backoff_cap interval DEFAULT '00:05:00'::interval) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_attempt  integer;
+    v_cap      float8;
+    v_delay    float8;
+    v_kind     text := 'retry';
+    v_state    text;
+BEGIN
+    PERFORM pgoutbox.work_refuse_fences(pgoutbox.enqueue_caller(), ARRAY[fail.id], ARRAY[fail.lease_token]);
+    PERFORM pgoutbox.work_refuse_bound(fail.outcome NOT IN ('retry', 'retry_after', 'permanent', 'ambiguous', 'release'),
+        'outcome', 'must be retry, retry_after, permanent, ambiguous or release');
+    PERFORM pgoutbox.work_refuse_bound(octet_length(fail.error) > 65536, 'error', 'must be text of at most 65536 bytes');
+    PERFORM pgoutbox.work_refuse_bound(fail.replay_safe IS NULL, 'replay_safe', 'must be true or false');
+    PERFORM pgoutbox.work_refuse_bound((fail.outcome = 'retry_after') <> (fail.retry_after IS NOT NULL)
+        OR coalesce(fail.retry_after NOT BETWEEN interval '0' AND interval '1 day', false), 'retry_after',
+        'is required with outcome retry_after only, between 0 and 1 day');
+    PERFORM pgoutbox.work_refuse_bound(fail.backoff_cap NOT BETWEEN interval '1 second' AND interval '1 day',
+        'backoff_cap', 'must be between 1 second and 1 day');
+    SELECT e.attempts INTO v_attempt FROM pgoutbox.effects e
+    WHERE e.id = fail.id AND e.state::text = 'leased' AND e.lease_token = fail.lease_token
+      AND e.effect_type = fail.effect_type;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- Go's failRoute (lease.go).
+    v_cap := extract(epoch FROM fail.backoff_cap);
+    v_delay := pgoutbox.retry_backoff(v_attempt, v_cap);
+    CASE fail.outcome
+    WHEN 'retry_after' THEN
+        v_delay := greatest(v_delay, least(extract(epoch FROM fail.retry_after)::float8, greatest(3600, v_cap)));
+    WHEN 'permanent' THEN
+        v_kind := 'dead_letter';
+    WHEN 'ambiguous' THEN
+        IF NOT fail.replay_safe THEN
+            v_kind := 'reconcile';
+        END IF;
+    WHEN 'release' THEN
+        v_kind := 'release';
+        v_delay := 0;
+    ELSE
+        NULL;
+    END CASE;
+    SELECT s INTO v_state
+    FROM pgoutbox.work_fail_row(fail.id, fail.lease_token, fail.effect_type, v_kind, v_delay, fail.error) AS s;
+    RETURN v_state;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.fold_key(s text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$
@@ -513,6 +620,29 @@ BEGIN
     END IF;
     INSERT INTO pgoutbox.enqueue_grants (grantee, queue, effect_type)
     VALUES (grant_enqueue.role_name, grant_enqueue.queue, grant_enqueue.effect_type)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n = 1;
+END;
+$_$;
+
+CREATE FUNCTION pgoutbox.grant_work(role_name text, queue text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    c_blank  constant text := '^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$';
+    v_n      integer;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = grant_work.role_name) THEN
+        RAISE EXCEPTION 'pgoutbox: role "%" does not exist', grant_work.role_name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF grant_work.queue IS NULL OR octet_length(grant_work.queue) > 128 OR grant_work.queue ~ c_blank THEN
+        RAISE EXCEPTION 'pgoutbox: invalid grant: queue must be 1-128 bytes, not only white space'
+            USING ERRCODE = 'OB001', COLUMN = 'queue';
+    END IF;
+    INSERT INTO pgoutbox.work_grants (grantee, queue) VALUES (grant_work.role_name, grant_work.queue)
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n = 1;
@@ -641,6 +771,18 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.mark_started(id bigint, lease_token uuid, effect_type text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM pgoutbox.work_refuse_fences(pgoutbox.enqueue_caller(), ARRAY[mark_started.id],
+        ARRAY[mark_started.lease_token]);
+    RETURN EXISTS (SELECT FROM pgoutbox.work_start_row(mark_started.id, mark_started.lease_token,
+        mark_started.effect_type));
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.may_enqueue(p_role name, p_queue text, p_type text) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -656,6 +798,16 @@ CREATE FUNCTION pgoutbox.may_hold_credential_key(s text) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$
     SELECT strpos(s, '\u') > 0 OR pgoutbox.has_credential_stem(s)
+$$;
+
+CREATE FUNCTION pgoutbox.may_work(p_role name, p_queue text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT has_table_privilege(p_role, 'pgoutbox.effects', 'UPDATE')
+        OR EXISTS (
+            SELECT FROM pgoutbox.work_grants g JOIN pg_roles r ON r.rolname = g.grantee
+            WHERE g.queue = p_queue AND pg_has_role(p_role, r.oid, 'USAGE'))
 $$;
 
 CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
@@ -775,6 +927,20 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.recover_expired(queue text, max_effects integer DEFAULT 100) RETURNS TABLE(id bigint, effect_type text, state text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), recover_expired.queue);
+    PERFORM pgoutbox.work_refuse_bound(recover_expired.max_effects NOT BETWEEN 1 AND 1000, 'max_effects',
+        'must be between 1 and 1000');
+    RETURN QUERY
+    SELECT s.r_id, s.r_effect_type, s.r_state
+    FROM pgoutbox.work_sweep_rows(recover_expired.max_effects, 0, recover_expired.queue) s;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time zone, attempts integer, max_attempts integer) RETURNS pgoutbox.effect_state
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -850,6 +1016,13 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.retry_backoff(attempt integer, cap_seconds double precision) RETURNS double precision
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT least(least(power(2::float8, attempt), cap_seconds) * (1 + (random() * 0.2 - 0.1)), cap_seconds)
+$$;
+
 CREATE FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effect_type text DEFAULT NULL::text) RETURNS integer
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -860,6 +1033,19 @@ BEGIN
     DELETE FROM pgoutbox.enqueue_grants g
     WHERE g.grantee = revoke_enqueue.role_name AND g.queue = revoke_enqueue.queue
       AND (revoke_enqueue.effect_type IS NULL OR g.effect_type = revoke_enqueue.effect_type);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.revoke_work(role_name text, queue text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    DELETE FROM pgoutbox.work_grants g WHERE g.grantee = revoke_work.role_name AND g.queue = revoke_work.queue;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END;
@@ -887,6 +1073,209 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+
+CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) RETURNS TABLE(r_id bigint, r_queue text, r_effect_type text, r_key text, r_payload jsonb, r_attempts integer, r_max_attempts integer, r_token uuid, r_created_at timestamp with time zone, r_latency double precision, r_delivery_started_at timestamp with time zone, r_ordering_key text)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH next AS (SELECT id 
+    FROM pgoutbox.effects e
+    WHERE state = 'available' AND queue = $1 AND available_at <= now()
+      AND (e.ordering_key IS NULL OR (NOT EXISTS (
+        SELECT 1 FROM pgoutbox.effects p
+        WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id
+          AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+          AND (p.state <> 'dead_letter' OR NOT coalesce(
+        (SELECT c.dead_letter_moves_on FROM pgoutbox.ordering_choices c
+         WHERE c.queue = p.queue AND c.effect_type = p.effect_type),
+        (SELECT t.dead_letter_moves_on FROM pgoutbox.ordering_types t
+         WHERE t.effect_type = p.effect_type),
+        false))) AND NOT EXISTS (
+        SELECT 1 FROM pgoutbox.effects p
+        WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id > e.id
+          AND p.ordering_key IS NOT NULL AND p.state = 'leased')))
+    ORDER BY available_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)
+UPDATE pgoutbox.effects e
+    lease_token = gen_random_uuid(), leased_at = now(),
+    lease_expires_at = statement_timestamp() + make_interval(secs => $4)
+WHERE e.id = ANY(ARRAY(SELECT id FROM next))
+RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
+    e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at,
+    coalesce(e.ordering_key, '')
+$_$;
+
+CREATE FUNCTION pgoutbox.work_complete_rows(bigint[], uuid[], text[]) RETURNS TABLE(r_id bigint, r_token uuid, r_effect_type text, r_lag double precision)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH fenced AS (
+    SELECT x.id, f.token, f.effect_type
+    FROM (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id) f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        FOR UPDATE
+    ) x
+), done AS (
+    UPDATE pgoutbox.effects e
+    SET state = 'completed', completed_at = now(), lease_token = NULL, lease_expires_at = NULL, last_error = NULL
+    WHERE e.id = ANY(ARRAY(SELECT id FROM fenced))
+    RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8 AS lag
+)
+SELECT d.id, f.token, f.effect_type, d.lag FROM done d JOIN fenced f ON f.id = d.id
+$_$;
+
+CREATE FUNCTION pgoutbox.work_extend_rows(bigint[], uuid[], text[], double precision) RETURNS TABLE(r_id bigint, r_token uuid, r_effect_type text)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH f AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[]) AS u(id, token, effect_type) ORDER BY id
+), held AS (
+    -- LIMIT 1 keeps the subquery from being flattened into a hash join
+    -- over the whole table: one primary-key probe per fence.
+    SELECT x.id, f.token, f.effect_type FROM f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        LIMIT 1
+    ) x
+), locked AS (
+    SELECT x.id, f.token, f.effect_type FROM f
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM pgoutbox.effects e
+        WHERE e.id = f.id AND e.state::text = 'leased' AND e.lease_token = f.token AND e.effect_type = f.effect_type
+        FOR UPDATE SKIP LOCKED
+    ) x
+), extended AS (
+    UPDATE pgoutbox.effects e
+    SET lease_expires_at = now() + make_interval(secs => $4)
+    WHERE e.id = ANY(ARRAY(SELECT id FROM locked))
+    RETURNING e.id
+)
+SELECT id, token, effect_type FROM held
+UNION
+SELECT l.id, l.token, l.effect_type FROM locked l WHERE l.id IN (SELECT id FROM extended)
+$_$;
+
+CREATE FUNCTION pgoutbox.work_fail_row(bigint, uuid, text, text, double precision, text) RETURNS SETOF text
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH target AS (
+    SELECT id, attempts, max_attempts, delivery_started_at,
+        (CASE
+            WHEN $4 = 'release' THEN pgoutbox.recovered_state(delivery_started_at, attempts, max_attempts)::text
+            WHEN $4 = 'reconcile' THEN 'reconciliation_required'
+            WHEN $4 = 'dead_letter' OR ($4 = 'retry' AND attempts >= max_attempts) THEN 'dead_letter'
+            ELSE 'available'
+        END)::pgoutbox.effect_state AS next_state
+    FROM pgoutbox.effects
+    WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3
+    FOR UPDATE
+)
+UPDATE pgoutbox.effects e
+    available_at = CASE WHEN t.next_state = 'available' THEN now() + make_interval(secs => $5) ELSE e.available_at END,
+    dead_lettered_at = CASE WHEN t.next_state = 'dead_letter' THEN now() END,
+    reconciliation_at = CASE WHEN t.next_state = 'reconciliation_required' THEN now() END,
+    delivery_started_at = CASE WHEN t.next_state = 'available' THEN NULL ELSE e.delivery_started_at END,
+    lease_token = NULL, lease_expires_at = NULL, last_error = left($6, 2000)
+FROM target t
+WHERE e.id = t.id
+RETURNING e.state::text
+$_$;
+
+CREATE FUNCTION pgoutbox.work_refuse_bound(p_bad boolean, p_column text, p_message text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_bad IS NOT FALSE THEN
+        RAISE EXCEPTION 'pgoutbox: invalid argument: % %', p_column, p_message
+            USING ERRCODE = 'OB001', COLUMN = p_column;
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.work_refuse_fences(p_role name, p_ids bigint[], p_tokens uuid[]) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    IF has_table_privilege(p_role, 'pgoutbox.effects', 'UPDATE') THEN
+        RETURN;
+    END IF;
+    IF NOT EXISTS (
+        SELECT FROM pgoutbox.work_grants g JOIN pg_roles r ON r.rolname = g.grantee
+        WHERE pg_has_role(p_role, r.oid, 'USAGE')) THEN
+        RAISE EXCEPTION 'pgoutbox: role "%" may not work any queue (the owner grants it with pgoutbox.grant_work)', p_role
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT e.queue INTO v_queue
+    FROM unnest(p_ids, p_tokens) AS f(id, token)
+    JOIN pgoutbox.effects e ON e.id = f.id AND e.lease_token = f.token
+    WHERE NOT pgoutbox.may_work(p_role, e.queue)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgoutbox: role "%" may not work queue "%" (the owner grants it with pgoutbox.grant_work)',
+            p_role, v_queue
+            USING ERRCODE = 'insufficient_privilege', COLUMN = 'queue';
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.work_refuse_queue(p_role name, p_queue text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT coalesce(pgoutbox.may_work(p_role, p_queue), false) THEN
+        RAISE EXCEPTION 'pgoutbox: role "%" may not work queue "%" (the owner grants it with pgoutbox.grant_work)',
+            p_role, p_queue
+            USING ERRCODE = 'insufficient_privilege', COLUMN = 'queue';
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.work_start_row(bigint, uuid, text) RETURNS SETOF bigint
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+UPDATE pgoutbox.effects SET delivery_started_at = now()
+WHERE id = $1 AND state::text = 'leased' AND lease_token = $2 AND effect_type = $3
+  AND lease_expires_at > now()
+RETURNING id
+$_$;
+
+CREATE FUNCTION pgoutbox.work_sweep_rows(integer, double precision, text) RETURNS TABLE(r_id bigint, r_queue text, r_effect_type text, r_state text)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH expired AS (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'leased' AND lease_expires_at < now() - make_interval(secs => $2)
+      AND ($3::text IS NULL OR queue = $3)
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgoutbox.effects e
+    available_at = CASE WHEN pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) = 'available'
+        THEN now() ELSE e.available_at END,
+    dead_lettered_at = CASE WHEN pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) = 'dead_letter'
+        THEN now() END,
+    reconciliation_at = CASE WHEN pgoutbox.recovered_state(e.delivery_started_at, e.attempts, e.max_attempts) = 'reconciliation_required'
+        THEN now() END,
+    lease_token = NULL, lease_expires_at = NULL,
+    last_error = 'lease expired (owner ' || coalesce(e.lease_owner, '?') || ')'
+FROM expired x
+WHERE e.id = x.id AND e.state::text = 'leased'
+RETURNING e.id, e.queue, e.effect_type, e.state::text
+$_$;
 
 CREATE TABLE pgoutbox.console_audit (
     id bigint NOT NULL,
@@ -1083,6 +1472,13 @@ CREATE TABLE pgoutbox.samples (
 
 COMMENT ON TABLE pgoutbox.samples IS 'Aggregate worker samples (no payloads, no identifiers) read by `pgoutbox readiness broker`; pruned after 24 h by the sampler.';
 
+CREATE TABLE pgoutbox.work_grants (
+    grantee name NOT NULL,
+    queue text NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT work_grants_queue_check CHECK (((octet_length(queue) >= 1) AND (octet_length(queue) <= 128)))
+);
+
 ALTER TABLE ONLY pgoutbox.console_audit
     ADD CONSTRAINT console_audit_pkey PRIMARY KEY (id);
 
@@ -1118,6 +1514,9 @@ ALTER TABLE ONLY pgoutbox.ordering_types
 
 ALTER TABLE ONLY pgoutbox.samples
     ADD CONSTRAINT samples_pkey PRIMARY KEY (sampled_at, queue, worker);
+
+ALTER TABLE ONLY pgoutbox.work_grants
+    ADD CONSTRAINT work_grants_pkey PRIMARY KEY (grantee, queue);
 
 CREATE INDEX effect_keys_created_idx ON pgoutbox.effect_keys USING btree (created_at);
 
@@ -1160,6 +1559,13 @@ CREATE TRIGGER effects_unpark_next AFTER UPDATE OF state ON pgoutbox.effects FOR
 CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgoutbox.notify_pending DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgoutbox.notify_at_commit();
 
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
+GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_worker;
+
+REVOKE ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval) TO pgoutbox_worker;
+
+REVOKE ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) TO pgoutbox_worker;
 
 REVOKE ALL ON FUNCTION pgoutbox.dead_letter_moves_on(p_queue text, p_type text) FROM PUBLIC;
 
@@ -1171,10 +1577,48 @@ GRANT ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) TO pgoutbox_enqueuer;
 
 REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) TO pgoutbox_worker;
+
+REVOKE ALL ON FUNCTION pgoutbox.fail(id bigint, lease_token uuid, effect_type text, outcome text, error text, replay_safe boolean, retry_after interval, backoff_cap interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.fail(id bigint, lease_token uuid, effect_type text, outcome text, error text, replay_safe boolean, retry_after interval, backoff_cap interval) TO pgoutbox_worker;
+
 REVOKE ALL ON FUNCTION pgoutbox.grant_enqueue(role_name text, queue text, effect_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.grant_work(role_name text, queue text) FROM PUBLIC;
 
 GRANT ALL ON FUNCTION pgoutbox.key(VARIADIC parts text[]) TO pgoutbox_enqueuer;
 
+REVOKE ALL ON FUNCTION pgoutbox.mark_started(id bigint, lease_token uuid, effect_type text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.mark_started(id bigint, lease_token uuid, effect_type text) TO pgoutbox_worker;
+
 REVOKE ALL ON FUNCTION pgoutbox.may_enqueue(p_role name, p_queue text, p_type text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.may_work(p_role name, p_queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.recover_expired(queue text, max_effects integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.recover_expired(queue text, max_effects integer) TO pgoutbox_worker;
+
+REVOKE ALL ON FUNCTION pgoutbox.retry_backoff(attempt integer, cap_seconds double precision) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effect_type text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.revoke_work(role_name text, queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_complete_rows(bigint[], uuid[], text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_extend_rows(bigint[], uuid[], text[], double precision) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_fail_row(bigint, uuid, text, text, double precision, text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_refuse_bound(p_bad boolean, p_column text, p_message text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_refuse_fences(p_role name, p_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_refuse_queue(p_role name, p_queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_start_row(bigint, uuid, text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_sweep_rows(integer, double precision, text) FROM PUBLIC;

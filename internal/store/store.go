@@ -842,6 +842,7 @@ const sweepSQL = `
 WITH expired AS (
     SELECT id FROM pgoutbox.effects
     WHERE state = 'leased' AND lease_expires_at < now() - make_interval(secs => $2)
+      AND ($3::text IS NULL OR queue = $3)
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -878,7 +879,7 @@ const recoverSet = `state = pgoutbox.recovered_state(e.delivery_started_at, e.at
 // locked row (recoverSet), never from the statement's snapshot. Concurrent
 // sweepers skip each other's rows, so each lease is recovered once.
 func Sweep(ctx context.Context, db DBTX, limit int, grace time.Duration) ([]Rescued, error) {
-	rows, err := db.Query(ctx, sweepSQL, limit, grace.Seconds())
+	rows, err := db.Query(ctx, sweepSQL, limit, grace.Seconds(), nil)
 	if err != nil {
 		return nil, MapError(err)
 	}
