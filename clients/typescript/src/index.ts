@@ -226,3 +226,5 @@ export async function enqueueBatch(db: Queryable, effects: readonly Effect[]): P
   const { rows } = await db.query(st.text, st.values);
   return rows.map((r) => String(r.id));
 }
+
+export * from "./worker.js";
