@@ -1,11 +1,19 @@
 package anylang
 
 import (
+	"bufio"
 	"context"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
@@ -35,4 +43,111 @@ func TestTypeScriptWorker(t *testing.T) {
 	dir := buildTypeScript(t, ctx)
 	_, dsn := pgtest.NewPool(t)
 	nodeTests(t, ctx, dir, dsn, "test/worker.test.mjs")
+}
+
+// A Node worker killed (SIGKILL) mid-delivery: once its leases expire, a
+// second Node worker (no Go process runs) recovers them. The
+// non-replay-safe effect, marked started before its handler ran, goes to
+// reconciliation_required and is never delivered again; the replay-safe
+// one is delivered again and completes.
+func TestTypeScriptWorkerKilled(t *testing.T) {
+	node := tool(t, "node")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := buildTypeScript(t, ctx)
+	pool, dsn := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE kill_deliveries (effect_id bigint NOT NULL, mode text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var unsafe, safe int64
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		ids, err := pgoutbox.EnqueueBatch(ctx, tx, []pgoutbox.Effect{
+			{Queue: "kill", Type: "charge.create", Key: "c1"},
+			{Queue: "kill", Type: "record.upsert", Key: "r1"},
+		})
+		if err == nil {
+			unsafe, safe = ids[0], ids[1]
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := func(mode string) (*exec.Cmd, *bufio.Scanner) {
+		cmd := exec.CommandContext(ctx, node, "test/kill-worker.mjs")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "QUEUE=kill", "MODE="+mode)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, bufio.NewScanner(out)
+	}
+
+	// The first worker starts both deliveries, and is killed.
+	first, lines := start("hang")
+	delivering := map[string]bool{}
+	for len(delivering) < 2 && lines.Scan() {
+		if id, ok := strings.CutPrefix(lines.Text(), "delivering "); ok {
+			delivering[id] = true
+		}
+	}
+	if len(delivering) < 2 {
+		t.Fatalf("the first worker delivered %v, then stopped printing: %v", delivering, lines.Err())
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	var started bool
+	if err := pool.QueryRow(ctx, `SELECT delivery_started_at IS NOT NULL FROM pgoutbox.effects WHERE id = $1 AND state = 'leased'`, unsafe).Scan(&started); err != nil || !started {
+		t.Fatalf("the killed delivery of effect %d: started %t, %v; want leased and marked started", unsafe, started, err)
+	}
+
+	// A second worker recovers the expired leases.
+	second, _ := start("finish")
+	defer func() {
+		_ = second.Process.Signal(syscall.SIGTERM)
+		_ = second.Wait()
+	}()
+	state := func(id int64) string {
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effects WHERE id = $1`, id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	settled := func(s string) bool { return s != "leased" && s != "available" }
+	pgtest.WaitFor(t, ctx, "the killed worker's effects to be recovered and settled", func() bool {
+		return settled(state(unsafe)) && settled(state(safe))
+	})
+	if s := state(unsafe); s != "reconciliation_required" {
+		t.Errorf("the non-replay-safe effect %d killed mid-delivery is %s, want reconciliation_required", unsafe, s)
+	}
+	if s := state(safe); s != "completed" {
+		t.Errorf("the replay-safe effect %d killed mid-delivery is %s, want completed (delivered again)", safe, s)
+	}
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatalf("the second worker's graceful stop: %v", err)
+	}
+	count := func(id int64) int64 {
+		return pgtest.Scalar(t, ctx, pool, `SELECT count(*) FROM kill_deliveries WHERE effect_id = $1`, id)
+	}
+	if n := count(unsafe); n != 1 {
+		t.Errorf("the non-replay-safe effect %d was delivered %d times, want once", unsafe, n)
+	}
+	if n := count(safe); n != 2 {
+		t.Errorf("the replay-safe effect %d was delivered %d times, want twice (killed, then again)", safe, n)
+	}
+	var attempts int
+	if err := pool.QueryRow(ctx, `SELECT attempts FROM pgoutbox.effects WHERE id = $1`, safe).Scan(&attempts); err != nil || attempts != 2 {
+		t.Errorf("the replay-safe effect's attempts: %d, %v; want 2", attempts, err)
+	}
 }
