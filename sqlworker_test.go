@@ -304,3 +304,69 @@ func TestSQLWorkerRecoversExpiredLeases(t *testing.T) {
 		}
 	}
 }
+
+// pgoutbox.fail backs off as Go's Lease.Fail does: 2^attempt s ±10 %, cut
+// to the cap; retry_after no earlier than asked, cut to 1 hour or the cap
+// when larger. Each pair of effects fails in one transaction whose now()
+// the delay is measured from, so the delays are exact.
+func TestSQLFailBacksOffLikeGo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	boom := fmt.Errorf("boom")
+	for i, c := range []struct {
+		name     string
+		attempts int // before the claim
+		err      error
+		outcome  string
+		after    time.Duration
+		cap      time.Duration
+		min, max float64 // seconds
+	}{
+		{"retry", 0, pgoutbox.Retry(boom), "retry", 0, 300 * time.Second, 1.8, 2.2},
+		{"retry under a 1 s cap", 0, pgoutbox.Retry(boom), "retry", 0, time.Second, 0.9, 1},
+		{"retry at attempt 10", 9, pgoutbox.Retry(boom), "retry", 0, 300 * time.Second, 270, 300},
+		{"retry_after", 0, pgoutbox.RetryAfter(10*time.Second, boom), "retry_after", 10 * time.Second, 300 * time.Second, 10, 10},
+		{"retry_after shorter than the backoff", 4, pgoutbox.RetryAfter(time.Second, boom), "retry_after", time.Second, 300 * time.Second, 28.8, 35.2},
+		{"retry_after cut to 1 hour", 0, pgoutbox.RetryAfter(2*time.Hour, boom), "retry_after", 2 * time.Hour, 300 * time.Second, 3600, 3600},
+		{"retry_after cut to the cap", 0, pgoutbox.RetryAfter(3*time.Hour, boom), "retry_after", 3 * time.Hour, 2 * time.Hour, 7200, 7200},
+	} {
+		q := fmt.Sprintf("backoff-%d", i)
+		b.enqueue(t, pgoutbox.Effect{Queue: q, Type: "t", Key: "go", MaxAttempts: 20},
+			pgoutbox.Effect{Queue: q, Type: "t", Key: "sql", MaxAttempts: 20})
+		if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET attempts = $2 WHERE queue = $1`, q, c.attempts); err != nil {
+			t.Fatal(err)
+		}
+		leases, err := pgoutbox.ClaimLeases(b.ctx, b.pool, q, "w1", 2, time.Minute)
+		if err != nil || len(leases) != 2 {
+			t.Fatalf("%s: claim: %v, %v", c.name, leases, err)
+		}
+		var goDelay, sqlDelay float64
+		err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := leases[0].Fail(b.ctx, tx, c.err, true, c.cap); err != nil {
+				return err
+			}
+			var after *time.Duration
+			if c.after > 0 {
+				after = &c.after
+			}
+			var state string
+			l := leases[1]
+			if err := tx.QueryRow(b.ctx, `SELECT pgoutbox.fail($1, $2, $3, $4, 'boom', true, $5, $6)`,
+				l.ID, l.LeaseToken, l.Type, c.outcome, after, c.cap).Scan(&state); err != nil {
+				return err
+			}
+			return tx.QueryRow(b.ctx, `SELECT
+				(SELECT extract(epoch FROM available_at - now())::float8 FROM pgoutbox.effects WHERE id = $1),
+				(SELECT extract(epoch FROM available_at - now())::float8 FROM pgoutbox.effects WHERE id = $2)`,
+				leases[0].ID, l.ID).Scan(&goDelay, &sqlDelay)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for who, d := range map[string]float64{"Go": goDelay, "SQL": sqlDelay} {
+			if d < c.min-1e-6 || d > c.max+1e-6 {
+				t.Errorf("%s: %s delayed %.3f s, want %.1f to %.1f s", c.name, who, d, c.min, c.max)
+			}
+		}
+	}
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""A pgoutbox worker in Python (psycopg 3) on the SQL worker functions
+(docs/any-language.md, "Workers"). One effect at a time per process (run
+more processes for more): it claims under a durable lease, marks a
+non-replay-safe delivery started before its handler runs, extends the
+lease from a second thread while the handler runs, records the outcome,
+recovers the queue's expired leases, and wakes on NOTIFY with a poll
+fallback. The database enforces every rule; the role needs pgoutbox_worker
+and pgoutbox.grant_work on the queue.
+
+Run it: DATABASE_URL=... QUEUE=... python3 worker_example.py
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+
+
+class Retry(Exception):
+    """A transient failure; nothing was delivered. Retried with backoff."""
+
+
+class RetryAfter(Exception):
+    """Retry no earlier than seconds from now (a Retry-After header)."""
+
+    def __init__(self, seconds, message):
+        super().__init__(message)
+        self.seconds = seconds
+
+
+class Permanent(Exception):
+    """A permanent failure: dead-lettered now."""
+
+
+class Ambiguous(Exception):
+    """The request may have been processed: retried when replay-safe, else
+    reconciliation_required."""
+
+
+def classify(err, replay_safe):
+    """The outcome, retry_after and recorded error text of a handler's
+    exception (Go's classify; the text as Go's OutcomeError prints it)."""
+    if isinstance(err, RetryAfter):
+        return "retry_after", timedelta(seconds=err.seconds), f"{err} (retry after {err.seconds}s)"
+    for cls, outcome in ((Retry, "retry"), (Permanent, "permanent"), (Ambiguous, "ambiguous")):
+        if isinstance(err, cls):
+            return outcome, None, f"{err} ({outcome})"
+    return ("retry" if replay_safe else "ambiguous"), None, str(err)
+
+
+class Extender(threading.Thread):
+    """Extends the lease of the delivery in flight every lease / 3."""
+
+    def __init__(self, conninfo, lease):
+        super().__init__(daemon=True)
+        self.conn = psycopg.connect(conninfo, autocommit=True)
+        self.lease, self.fence, self.lock = lease, None, threading.Lock()
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.wait(self.lease.total_seconds() / 3):
+            with self.lock:
+                if self.fence:
+                    i, token, effect_type = self.fence
+                    self.conn.execute(
+                        "SELECT * FROM pgoutbox.extend(%s, %s, %s, %s)", ([i], [token], [effect_type], self.lease)
+                    )
+
+
+def deliver(conn, extender, row, handlers, backoff_cap):
+    """Delivers one claimed effect and records its outcome."""
+    effect_id, effect_type, key, payload, attempt, max_attempts, token = row
+    fence = (effect_id, token, effect_type)
+    replay_safe, handler = handlers.get(effect_type, (True, None))
+    err = None
+    if handler is None:
+        err = Retry(f'no handler registered for effect type "{effect_type}"')
+    else:
+        # Committed (autocommit) before the handler runs: from now on an
+        # unknown outcome is reconciliation_required, never a second delivery.
+        if not replay_safe and not conn.execute("SELECT pgoutbox.mark_started(%s, %s, %s)", fence).fetchone()[0]:
+            return  # the lease was lost: deliver nothing
+        with extender.lock:
+            extender.fence = fence
+        try:
+            handler(effect_id, key, payload, attempt, max_attempts)
+        except Exception as e:  # noqa: BLE001 (every failure is routed)
+            err = e
+        finally:
+            with extender.lock:
+                extender.fence = None
+    if err is None:
+        conn.execute("SELECT pgoutbox.complete(%s, %s, %s)", fence)
+        return
+    outcome, after, text = classify(err, replay_safe)
+    conn.execute(
+        "SELECT pgoutbox.fail(%s, %s, %s, %s, %s, %s, %s, %s)",
+        (*fence, outcome, text[:2000], replay_safe, after, backoff_cap),
+    )
+
+
+def work(conninfo, queue, handlers, stop, lease=timedelta(seconds=30), poll=1.0,
+         backoff_cap=timedelta(seconds=300), recover_every=5.0):
+    """Works queue until stop (a threading.Event) is set. handlers maps an
+    effect type to (replay_safe, fn(id, key, payload, attempt, max_attempts))."""
+    worker = f"{socket.gethostname()}-{os.getpid()}-py"
+    extender = Extender(conninfo, lease)
+    extender.start()
+    with psycopg.connect(conninfo, autocommit=True) as conn, \
+            psycopg.connect(conninfo, autocommit=True) as listen:
+        listen.execute("LISTEN pgoutbox_effects")
+        recovered = 0.0
+        while not stop.is_set():
+            if time.monotonic() - recovered >= recover_every:
+                conn.execute("SELECT count(*) FROM pgoutbox.recover_expired(%s)", (queue,))
+                recovered = time.monotonic()
+            row = conn.execute(
+                "SELECT id, effect_type, idempotency_key, payload, attempt, max_attempts, lease_token"
+                " FROM pgoutbox.claim(%s, %s, 1, %s)", (queue, worker, lease)).fetchone()
+            if row:
+                deliver(conn, extender, row, handlers, backoff_cap)
+                continue
+            # Nothing to do: wait for a notification, or poll.
+            if select.select([listen.fileno()], [], [], poll)[0]:
+                listen.execute("SELECT 1")  # reads (and drops) the notifications
+    extender.done.set()
+
+
+if __name__ == "__main__":
+    def show(effect_id, key, payload, attempt, max_attempts):
+        print(f"effect {effect_id} ({key}), attempt {attempt}: {json.dumps(payload)}", flush=True)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    work(os.environ["DATABASE_URL"], os.environ.get("QUEUE", "default"),
+         {"record.upsert": (True, show)}, stop)
+    sys.exit(0)
