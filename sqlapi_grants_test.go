@@ -206,51 +206,7 @@ func TestSQLEnqueueDuplicateKeyNeedsTheGrant(t *testing.T) {
 func TestAnyLanguageGrantsExample(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	doc, err := os.ReadFile("docs/any-language.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, found := strings.Cut(string(doc), "<!-- grants example -->\n```sql\n")
-	block, _, closed := strings.Cut(after, "```")
-	if !found || !closed {
-		t.Fatal("docs/any-language.md has no grants example block")
-	}
-	role := fmt.Sprintf("shop_app_%d", time.Now().UnixNano())
-	block = strings.ReplaceAll(block, "shop_app", role)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := b.pool.Exec(ctx, `DROP ROLE IF EXISTS `+role); err != nil {
-			t.Errorf("drop role: %v", err)
-		}
-	})
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	defer func() { _, _ = conn.Exec(b.ctx, `RESET ROLE`) }()
-	refusals := 0
-	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
-		sql, comment, _ := strings.Cut(line, "--")
-		if sql = strings.TrimSpace(sql); sql == "" {
-			continue
-		}
-		_, err := conn.Exec(b.ctx, sql)
-		if want, refused := strings.CutPrefix(strings.TrimSpace(comment), "refused: "); refused {
-			refusals++
-			if pgCode(err) != want {
-				t.Fatalf("%s: %v, want %s", sql, err, want)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	if refusals != 2 {
-		t.Fatalf("%d refusals in the example, want 2", refusals)
-	}
+	role := b.runDocExample(t, "grants example", "shop_app", 2)
 	got := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE (queue, effect_type) IN (('emails', 'email.receipt'), ('refunds', 'refund.request'))`)
 	if n := b.count(t); n != 2 || got != 2 {
 		t.Fatalf("%d effects (%d granted), want the 2 granted", n, got)
@@ -262,4 +218,61 @@ func TestAnyLanguageGrantsExample(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.revoke_enqueue($1, 'emails')`, role); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runDocExample runs the SQL block of docs/any-language.md that follows
+// "<!-- marker -->" statement by statement, in one session, as the owner,
+// with the role named role renamed for the run (roles belong to the
+// cluster; it is dropped at cleanup): the statements marked
+// "-- refused: CODE" must be refused with that SQLSTATE (refusals of
+// them), every other one must succeed. It returns the role's name in the
+// run.
+func (b *bundle) runDocExample(t *testing.T, marker, role string, refusals int) string {
+	t.Helper()
+	doc, err := os.ReadFile("docs/any-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, found := strings.Cut(string(doc), "<!-- "+marker+" -->\n```sql\n")
+	block, _, closed := strings.Cut(after, "```")
+	if !found || !closed {
+		t.Fatalf("docs/any-language.md has no %s block", marker)
+	}
+	renamed := fmt.Sprintf("%s_%d", role, time.Now().UnixNano())
+	block = strings.ReplaceAll(block, role, renamed)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := b.pool.Exec(ctx, `DROP ROLE IF EXISTS `+renamed); err != nil {
+			t.Errorf("drop role: %v", err)
+		}
+	})
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer func() { _, _ = conn.Exec(b.ctx, `RESET ROLE`) }()
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		sql, comment, _ := strings.Cut(line, "--")
+		if sql = strings.TrimSpace(sql); sql == "" {
+			continue
+		}
+		_, err := conn.Exec(b.ctx, sql)
+		if want, refused := strings.CutPrefix(strings.TrimSpace(comment), "refused: "); refused {
+			n++
+			if pgCode(err) != want {
+				t.Fatalf("%s: %v, want %s", sql, err, want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if n != refusals {
+		t.Fatalf("%d refusals in the %s, want %d", n, marker, refusals)
+	}
+	return renamed
 }

@@ -370,3 +370,28 @@ func TestSQLFailBacksOffLikeGo(t *testing.T) {
 		}
 	}
 }
+
+// TestAnyLanguageWorkersExample runs the workers example of
+// docs/any-language.md ("Workers in any language") statement by
+// statement, as the owner and then as the worker's role: what it claims
+// and completes is completed, what it fails permanently is dead-lettered,
+// and the refusals it shows are refused.
+func TestAnyLanguageWorkersExample(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	role := b.runDocExample(t, "workers example", "shop_worker", 2)
+	rows, err := b.pool.Query(b.ctx, `SELECT state::text || ':' || coalesce(last_error, '-') FROM pgoutbox.effects ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"completed:-", "dead_letter:mailbox does not exist"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("effects %q, want %q", got, want)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.work_grants WHERE grantee = $1`, role); n != 0 {
+		t.Fatalf("%d grants left, want none", n)
+	}
+}
