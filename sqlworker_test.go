@@ -395,3 +395,36 @@ func TestAnyLanguageWorkersExample(t *testing.T) {
 		t.Fatalf("%d grants left, want none", n)
 	}
 }
+
+// pgoutbox.claim keeps per-key ordering (it runs the engine's claim): of
+// a key's effects only the head is claimed, the next one once the head is
+// completed, while effects of other keys are claimed beside it.
+func TestSQLWorkerKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "w", Type: "t", Key: "a1", OrderingKey: "a"},
+		pgoutbox.Effect{Queue: "w", Type: "t", Key: "a2", OrderingKey: "a"},
+		pgoutbox.Effect{Queue: "w", Type: "t", Key: "b1", OrderingKey: "b"})
+	claimed := func() []int64 {
+		t.Helper()
+		leases, err := b.claimAs(t, "", "w", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, l := range leases {
+			out = append(out, l.ID)
+			if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, l.ID, l.Token, l.Type); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	if got := claimed(); len(got) != 2 || got[0] != ids[0] || got[1] != ids[2] {
+		t.Fatalf("first claim %v, want the heads %d and %d", got, ids[0], ids[2])
+	}
+	if got := claimed(); len(got) != 1 || got[0] != ids[1] {
+		t.Fatalf("second claim %v, want %d once its key's head completed", got, ids[1])
+	}
+}
