@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -149,5 +150,62 @@ func TestTypeScriptWorkerKilled(t *testing.T) {
 	var attempts int
 	if err := pool.QueryRow(ctx, `SELECT attempts FROM pgoutbox.effects WHERE id = $1`, safe).Scan(&attempts); err != nil || attempts != 2 {
 		t.Errorf("the replay-safe effect's attempts: %d, %v; want 2", attempts, err)
+	}
+}
+
+// The Node service of docs/any-language.md ("A TypeScript worker",
+// clients/typescript/examples/worker-service.mjs, shown there verbatim)
+// runs: it marks an order paid and enqueues its receipt in one
+// transaction, delivers the receipt with its Worker, and stops gracefully
+// on SIGTERM.
+func TestTypeScriptWorkerServiceExample(t *testing.T) {
+	node := tool(t, "node")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := buildTypeScript(t, ctx)
+	example, err := os.ReadFile(filepath.Join(dir, "examples", "worker-service.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/any-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```js\n"+string(example)+"```") {
+		t.Fatal("docs/any-language.md does not show clients/typescript/examples/worker-service.mjs verbatim (in a js block)")
+	}
+	pool, dsn := pgtest.NewPool(t)
+	cmd := exec.CommandContext(ctx, node, "examples/worker-service.mjs", "4711")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "sent the receipt of order 4711 ") {
+		_ = cmd.Process.Kill()
+		t.Fatalf("the service printed %q (%v), want the receipt sent", lines.Text(), lines.Err())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		t.Logf("service: %s", lines.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the service's graceful stop: %v", err)
+	}
+	var state string
+	var sent bool
+	if err := pool.QueryRow(ctx, `SELECT o.state, o.receipt_sent_at IS NOT NULL FROM orders o WHERE o.id = 4711`).Scan(&state, &sent); err != nil || state != "paid" || !sent {
+		t.Fatalf("order 4711: %q, receipt sent %t, %v", state, sent, err)
+	}
+	if n := pgtest.Scalar(t, ctx, pool, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'emails' AND state = 'completed' AND attempts = 1`); n != 1 {
+		t.Fatalf("%d completed receipt effects, want 1", n)
 	}
 }
