@@ -8,7 +8,8 @@ recovers the queue's expired leases, and wakes on NOTIFY with a poll
 fallback. The database enforces every rule; the role needs pgoutbox_worker
 and pgoutbox.grant_work on the queue.
 
-Run it: DATABASE_URL=... QUEUE=... python3 worker_example.py
+Run it: DATABASE_URL=... QUEUE=... python3 worker_example.py (it prints each
+record.upsert effect it delivers; POLL_SECONDS sets the poll fallback).
 """
 
 import json
@@ -108,9 +109,11 @@ def deliver(conn, extender, row, handlers, backoff_cap):
 
 
 def work(conninfo, queue, handlers, stop, lease=timedelta(seconds=30), poll=1.0,
-         backoff_cap=timedelta(seconds=300), recover_every=5.0):
+         backoff_cap=timedelta(seconds=300), recover_every=5.0, ready=None):
     """Works queue until stop (a threading.Event) is set. handlers maps an
-    effect type to (replay_safe, fn(id, key, payload, attempt, max_attempts))."""
+    effect type to (replay_safe, fn(id, key, payload, attempt, max_attempts));
+    ready, when given, is called once, when the worker first waits (it
+    listens, and found nothing to claim)."""
     worker = f"{socket.gethostname()}-{os.getpid()}-py"
     extender = Extender(conninfo, lease)
     extender.start()
@@ -129,8 +132,15 @@ def work(conninfo, queue, handlers, stop, lease=timedelta(seconds=30), poll=1.0,
                 deliver(conn, extender, row, handlers, backoff_cap)
                 continue
             # Nothing to do: wait for a notification, or poll.
-            if select.select([listen.fileno()], [], [], poll)[0]:
-                listen.execute("SELECT 1")  # reads (and drops) the notifications
+            if ready:
+                ready()
+                ready = None
+            # (In slices of at most half a second, so a stop is seen soon.)
+            deadline = time.monotonic() + poll
+            while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                if select.select([listen.fileno()], [], [], min(left, 0.5))[0]:
+                    listen.execute("SELECT 1")  # reads (and drops) the notifications
+                    break
     extender.done.set()
 
 
@@ -142,5 +152,6 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     work(os.environ["DATABASE_URL"], os.environ.get("QUEUE", "default"),
-         {"record.upsert": (True, show)}, stop)
+         {"record.upsert": (True, show)}, stop, poll=float(os.environ.get("POLL_SECONDS", "1")),
+         ready=lambda: print("listening", flush=True))
     sys.exit(0)

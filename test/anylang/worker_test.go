@@ -3,6 +3,7 @@ package anylang
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,4 +209,48 @@ func TestTypeScriptWorkerServiceExample(t *testing.T) {
 	if n := pgtest.Scalar(t, ctx, pool, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'emails' AND state = 'completed' AND attempts = 1`); n != 1 {
 		t.Fatalf("%d completed receipt effects, want 1", n)
 	}
+}
+
+// The Python example worker wakes on NOTIFY: with a poll fallback of an
+// hour, an effect enqueued once it listens is delivered.
+func TestPythonWorkerWakesOnNotify(t *testing.T) {
+	py := python(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, dsn := pgtest.NewPool(t)
+	cmd := exec.CommandContext(ctx, py, "worker_example.py")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "QUEUE=py-wake", "POLL_SECONDS=3600")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the worker's graceful stop: %v", err)
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "listening" {
+		t.Fatalf("the worker printed %q (%v), want listening", lines.Text(), lines.Err())
+	}
+	var id int64
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{Queue: "py-wake", Type: "record.upsert", Key: "r1",
+			Payload: map[string]string{"id": "r1"}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), fmt.Sprintf("effect %d (r1), attempt 1: ", id)) {
+		t.Fatalf("the worker printed %q (%v), want effect %d delivered", lines.Text(), lines.Err(), id)
+	}
+	pgtest.WaitFor(t, ctx, "the effect to complete", func() bool {
+		return pgtest.Scalar(t, ctx, pool, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'`, id) == 1
+	})
 }

@@ -328,7 +328,7 @@ export class Worker {
     const token = String(row.lease_token);
     const f: InFlight = { id: d.id, token, type: d.type, abort, done: Promise.resolve() };
     this.inFlight.set(d.id, f);
-    f.done = this.run(d, token).finally(() => {
+    f.done = this.run(d, token).catch((err: unknown) => this.onError(err)).finally(() => {
       if (this.inFlight.get(d.id) === f) this.inFlight.delete(d.id);
       this.signal();
     });
