@@ -149,7 +149,7 @@ func finishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // Sweep recovers expired leases once (the maintenance loop does this every
 // SweepInterval) and returns how many it moved; then it un-parks the parked
 // effects nothing blocks any more and parks the waiting followers of
-// blocked ordering keys (docs/design.md "Parking").
+// blocked ordering keys (docs/ordering.md, "Parking").
 func (c *Client) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
@@ -172,7 +172,7 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 	return total, c.park(ctx)
 }
 
-// park is the sweeper's parking pass (docs/design.md "Parking"): it
+// park is the sweeper's parking pass (docs/ordering.md, "Parking"): it
 // un-parks, in batches of SweepBatch, the parked effects no predecessor
 // blocks any more (the safety net behind the un-park trigger), then parks
 // the waiting followers of blocked ordering keys that wait behind at least

@@ -178,7 +178,7 @@ type Config struct {
 	PollInterval time.Duration
 	// SweepInterval is how often this client recovers expired leases and
 	// parks and un-parks the waiting effects of blocked ordering keys
-	// (docs/design.md "Parking"; also once at Start). Default
+	// (docs/ordering.md, "Parking"; also once at Start). Default
 	// SweepIntervalDefault (5 s); negative disables the sweeper in this
 	// client (another client, or Client.Sweep, must then sweep).
 	SweepInterval time.Duration

@@ -5,7 +5,7 @@ import (
 )
 
 // metrics are the client's own instruments. Labels are only queue,
-// effect_type and outcome (docs/design.md, "Operations").
+// effect_type and outcome (docs/operations.md).
 type metrics struct {
 	deliveries   *prometheus.CounterVec
 	claimLatency *prometheus.HistogramVec

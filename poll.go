@@ -7,7 +7,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// When a claim loop claims (docs/design.md, "Queues"): at once while it has
+// When a claim loop claims (docs/design.md, "Queues, claims and wake-ups"): at once while it has
 // free slots and the last claim filled its batch; otherwise when the first of
 // these arrives: a NOTIFY for its queue (an insert), a freed slot, the
 // earliest known due time of an effect that is not yet claimable (a retry's

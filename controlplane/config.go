@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults (docs/design.md, "The release control plane").
+// Defaults (docs/controlplane.md).
 const (
 	// MaxBodyBytesDefault is GitHub's webhook payload cap, 25 MiB
 	// (WEBHOOK_MAX_BODY_BYTES).

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Readiness thresholds (docs/design.md, "The record projection").
+// Readiness thresholds (docs/projection.md).
 const (
 	// SolrRecordThreshold: Solr is needed at 50,000 records.
 	SolrRecordThreshold = 50_000

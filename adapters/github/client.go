@@ -66,7 +66,7 @@ func CheckRunConclusion(workflowConclusion string) string {
 
 // Client calls the GitHub REST endpoints the release control plane needs,
 // as an installation, and classifies every failure as a pgoutbox outcome
-// (docs/design.md, "GitHub App auth"): 401/404/422 and 403 "Resource not
+// (docs/controlplane.md, "Effects"): 401/404/422 and 403 "Resource not
 // accessible by integration" are permanent; 403/429 with rate-limit headers
 // retry after the reset or Retry-After (delay-seconds or an HTTP-date, both
 // measured from the answer's Date); 5xx and transport errors retry for

@@ -1,5 +1,5 @@
 // Package nats is pgoutbox's NATS JetStream target and its broker scale-out
-// path (docs/design.md, "Scale-out"; docs/scale-out.md is the runbook).
+// path (docs/scale-out.md).
 //
 // It has three parts, each importing only the root package pgoutbox and the
 // NATS client:

@@ -17,7 +17,7 @@ func commands(g *globals) []*cobra.Command {
 		newBenchCmd(g),
 		newDemoCmd(g),
 		newEmbeddedCmd(g),
-		// Operations (docs/design.md, "Operations").
+		// Operations (docs/operations.md).
 		newStatusCmd(g),
 		newDLQCmd(g),
 		newRequeueStaleCmd(g),

@@ -1,6 +1,6 @@
 package cli
 
-// The operator commands (docs/design.md, "Operations"; internal/ops): status,
+// The operator commands (docs/operations.md; internal/ops): status,
 // dlq list/replay, requeue-stale, alert check and readiness broker. Each has
 // human output (aligned tables, ages like "3m12s") and --json; filters are
 // passed to SQL as bind parameters.

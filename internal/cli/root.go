@@ -1,5 +1,5 @@
 // Package cli is the pgoutbox binary's cobra commands. Configuration comes
-// from environment variables (names in docs/design.md) and flags override them;
+// from environment variables (names in docs/operations.md) and flags override them;
 // every flag's help names its variable and default.
 //
 // Exit codes: 0 ok, 1 could not run, 3 a check found a problem.

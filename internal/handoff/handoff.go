@@ -1,6 +1,6 @@
 // Package handoff is the protocol by which a broker relay and its consumers
-// (adapters/nats) share the effects of PostgreSQL (docs/design.md,
-// "Scale-out"). PostgreSQL stays the source of truth and every transition
+// (adapters/nats) share the effects of PostgreSQL (docs/scale-out.md).
+// PostgreSQL stays the source of truth and every transition
 // stays fenced:
 //
 //	available --ClaimRelay--> leased (relay) --HandOver--> leased (Owner)

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Alert thresholds (docs/design.md, "Operations"). A rule fires when its value
+// Alert thresholds (docs/operations.md). A rule fires when its value
 // reaches its threshold (value >= threshold); a threshold ≤ 0 disables the
 // rule, except reconciliation_required and stalled_leases, which always fire
 // on any record or any lease held past the stalled age

@@ -10,7 +10,7 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// Broker-readiness defaults (docs/design.md, "Operations"): PostgreSQL stays the
+// Broker-readiness defaults (docs/operations.md): PostgreSQL stays the
 // default unless one of these conditions persisted over the window.
 const (
 	// BrokerWindowDefault is how far back samples are read.
@@ -277,7 +277,7 @@ func EvaluateBroker(samples []store.StoredSample, o BrokerOptions) *BrokerReport
 	rep.Decision = DecisionConsiderBroker
 	p := persisted[0]
 	rep.Reason = fmt.Sprintf("%s on %s stayed above %s in all %d sampled buckets of the last %s (lowest %s); "+
-		"consider relaying through NATS JetStream (docs/design.md, Scale-out)",
+		"consider relaying through NATS JetStream (docs/scale-out.md)",
 		p.Trigger, p.Scope, formatValue(p.Threshold, p.Unit), p.Buckets, o.Window, formatValue(p.Min, p.Unit))
 	if len(persisted) > 1 {
 		rep.Reason += fmt.Sprintf("; %d conditions persisted in all", len(persisted))

@@ -1,5 +1,5 @@
-// Package ops is what an operator of pgoutbox sees and does (docs/design.md,
-// "Operations"): status, dead-letter listing and replay, stale-lease
+// Package ops is what an operator of pgoutbox sees and does (docs/operations.md):
+// status, dead-letter listing and replay, stale-lease
 // requeue, alert rules, the /metrics gauges, the aggregate samples workers
 // persist and the broker-readiness decision made from them. The commands in
 // internal/cli are thin layers over this package; every statement lives in

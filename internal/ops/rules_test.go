@@ -137,7 +137,7 @@ func TestAlertRulesFile(t *testing.T) {
 			}
 		}
 	}
-	// The rules docs/design.md asks for.
+	// The rules docs/operations.md lists.
 	for _, want := range []string{"PgoutboxReconciliationRequired", "PgoutboxDeadLettersGrowing",
 		"PgoutboxOldestAvailableTooOld", "PgoutboxClaimLatencyHigh"} {
 		if !slices.Contains(alerts, want) {

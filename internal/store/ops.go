@@ -1,6 +1,6 @@
 package store
 
-// The operator statements (docs/design.md, "Operations"): aggregate statistics,
+// The operator statements (docs/operations.md): aggregate statistics,
 // dead-letter listing and replay, stale-lease requeue, the oldest-xmin probe,
 // the aggregate samples read by `readiness broker`, and compaction.
 //

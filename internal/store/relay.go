@@ -1,6 +1,6 @@
 package store
 
-// The statements of broker relaying (docs/design.md, "Scale-out"): a relay claims
+// The statements of broker relaying (docs/scale-out.md): a relay claims
 // effects without counting a delivery attempt, publishes them, and hands them
 // over; a broker consumer takes a handed-over effect over under a lease of its
 // own, and hands it back to the broker when it must be retried. Every state

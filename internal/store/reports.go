@@ -4,7 +4,7 @@ package store
 // engine: the projection's key look-up, backlog and /workers report, the
 // demo's run summary, and `pgoutbox bench`'s measurements and clean-up.
 // They live here so that every statement against pgoutbox.effects and
-// pgoutbox.effect_keys has one home (docs/design.md, "Layout").
+// pgoutbox.effect_keys has one home (docs/design.md, "The house's map").
 
 import (
 	"context"

@@ -66,7 +66,7 @@ func badInputCases(s *stack) []badCase {
 	}
 	bearer := "Bearer " + token
 	return []badCase{
-		// Webhooks (docs/design.md, "The release control plane" 1).
+		// Webhooks (docs/controlplane.md, "Routes").
 		{name: "webhook: valid ping (control)", req: hook("ping", "redelivered-1", ping, nil), want: http.StatusAccepted, changes: true},
 		{name: "webhook: redelivery of the same id", req: hook("ping", "redelivered-1", ping, nil), want: http.StatusOK},
 		{name: "webhook: wrong signature", req: hook("ping", "", ping, func(r *http.Request) {

@@ -108,7 +108,7 @@ func testOrderedDeliveryUnderFaults(t *testing.T, hold time.Duration) {
 				var ks []int
 				for range min(1+rng.IntN(3), perProducer-i) {
 					// A quarter go to key 0: a hot key whose backlog the
-					// sweepers park (docs/design.md "Parking").
+					// sweepers park (docs/ordering.md, "Parking").
 					k := rng.IntN(keys)
 					if rng.IntN(4) == 0 {
 						k = 0
