@@ -1,0 +1,76 @@
+package pgoutbox_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDesignMapMatchesTheCode holds docs/design.md's map of the house to the
+// module: every package directory `go list ./...` names appears in the map
+// as "dir/", and every room the map names (the first word of a line of its
+// listing) exists in the checkout.
+func TestDesignMapMatchesTheCode(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heading = "## The house's map"
+	_, section, ok := strings.Cut(string(doc), heading)
+	if !ok {
+		t.Fatalf("docs/design.md has no section %q", heading)
+	}
+	_, listing, ok := strings.Cut(section, "```\n")
+	if ok {
+		listing, _, ok = strings.Cut(listing, "```")
+	}
+	if !ok {
+		t.Fatalf("docs/design.md's %q has no ``` listing", heading)
+	}
+
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the module's packages: %v", err)
+	}
+	out, err := exec.Command(goBin, "list", "-f", "{{.Dir}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := strings.Fields(string(out))
+	if len(dirs) < 20 {
+		t.Fatalf("go list ./... printed %d directories: not the module's packages", len(dirs))
+	}
+	for _, d := range dirs {
+		rel, err := filepath.Rel(root, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel == "." {
+			continue // the root package: "*.go (root)"
+		}
+		if !strings.Contains(listing, filepath.ToSlash(rel)+"/") {
+			t.Errorf("docs/design.md's map does not name %s/ (a package of the module): add its room", filepath.ToSlash(rel))
+		}
+	}
+
+	// A room is the first word of a listing line that is indented by two
+	// spaces (the layers are not indented, continuations are indented more).
+	room := regexp.MustCompile(`(?m)^  ([A-Za-z0-9_.][A-Za-z0-9_./-]*/)`)
+	rooms := room.FindAllStringSubmatch(listing, -1)
+	if len(rooms) < 20 {
+		t.Fatalf("found %d rooms in docs/design.md's map: not the listing", len(rooms))
+	}
+	for _, m := range rooms {
+		if _, err := os.Stat(m[1]); err != nil {
+			t.Errorf("docs/design.md's map names %s, which does not exist: %v", m[1], err)
+		}
+	}
+}
