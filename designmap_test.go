@@ -11,9 +11,14 @@ import (
 
 // TestDesignMapMatchesTheCode holds docs/design.md's map of the house to the
 // module: every package directory `go list ./...` names appears in the map
-// as "dir/", and every room the map names (the first word of a line of its
-// listing) exists in the checkout.
+// as "dir/", every room the map names (the first word of a line of its
+// listing) exists in the checkout, and no package imports a package of a
+// later layer of the map (a package belongs to the room that is the longest
+// prefix of its path; the root package to the first layer), except the
+// arrows in upward.
 func TestDesignMapMatchesTheCode(t *testing.T) {
+	// upward are the arrows to a later layer that docs/design.md names.
+	upward := map[string]bool{"adapters/github/githubtest -> controlplane/webhook": true}
 	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("docs", "design.md"))
 	if err != nil {
@@ -72,5 +77,56 @@ func TestDesignMapMatchesTheCode(t *testing.T) {
 		if _, err := os.Stat(m[1]); err != nil {
 			t.Errorf("docs/design.md's map names %s, which does not exist: %v", m[1], err)
 		}
+	}
+
+	// Layers: an unindented line starts one; its rooms follow.
+	layerOf := map[string]int{} // room ("dir/") → layer index
+	layer := -1
+	for _, line := range strings.Split(listing, "\n") {
+		switch {
+		case line == "":
+		case !strings.HasPrefix(line, " "):
+			layer++
+		default:
+			if m := room.FindStringSubmatch(line); m != nil {
+				layerOf[m[1]] = layer
+			}
+		}
+	}
+	if layer < 3 {
+		t.Fatalf("found %d layers in docs/design.md's map: not the listing", layer+1)
+	}
+	const module = "github.com/pgoutbox/pgoutbox"
+	rankOf := func(pkg string) (string, int) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		best, rank := "", 0 // the root package: the first layer
+		for r, l := range layerOf {
+			if strings.HasPrefix(rel+"/", r) && len(r) > len(best) {
+				best, rank = r, l
+			}
+		}
+		return rel, rank
+	}
+	imports, err := exec.Command(goBin, "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	arrows := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(imports)), "\n") {
+		f := strings.Fields(line)
+		from, fromRank := rankOf(f[0])
+		for _, imp := range f[1:] {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			arrows++
+			to, toRank := rankOf(imp)
+			if toRank > fromRank && !upward[from+" -> "+to] {
+				t.Errorf("%s imports %s, a room of a later layer of docs/design.md's map: move one of them, or name the exception in design.md and here", from, to)
+			}
+		}
+	}
+	if arrows < 50 {
+		t.Fatalf("found %d imports between the module's packages: go list's output was not read", arrows)
 	}
 }
