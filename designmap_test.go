@@ -130,3 +130,36 @@ func TestDesignMapMatchesTheCode(t *testing.T) {
 		t.Fatalf("found %d imports between the module's packages: go list's output was not read", arrows)
 	}
 }
+
+// TestDesignMigrationTableMatchesFiles holds docs/design.md's table of
+// migration lines to the files: each line's row lists exactly the versions
+// of the numbered .sql files in its folder, in order.
+func TestDesignMigrationTableMatchesFiles(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| [a-z ]+ \\| `([a-z/]+/)` \\| ([0-9 ]+) \\|")
+	rows := row.FindAllStringSubmatch(string(doc), -1)
+	if len(rows) != 3 {
+		t.Fatalf("docs/design.md has %d rows of migration lines, want 3 (engine, control plane, projection)", len(rows))
+	}
+	version := regexp.MustCompile(`^([0-9]+)_.*\.sql$`)
+	for _, r := range rows {
+		dir, listed := r[1], strings.Join(strings.Fields(r[2]), " ")
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatalf("docs/design.md lists the migration folder %s: %v", dir, err)
+		}
+		var files []string
+		for _, e := range entries {
+			if m := version.FindStringSubmatch(e.Name()); m != nil {
+				files = append(files, m[1])
+			}
+		}
+		if got := strings.Join(files, " "); got != listed {
+			t.Errorf("docs/design.md lists %s as versions %q; its files are %q", dir, listed, got)
+		}
+	}
+}
