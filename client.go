@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -36,6 +37,7 @@ type Client struct {
 	leases core.Leases     // in-flight durable leases, for the extender
 	ext    core.Extender   // extends leases
 	commit *core.Committer // group-commits completions; set by Start
+	tracer trace.Tracer    // Config.TracerProvider's
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.
@@ -55,6 +57,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		types:  make(map[string]EffectType, len(cfg.Types)),
 		queues: make(map[string]*queueWorker, len(cfg.Queues)),
 		life:   core.NewLifecycle("pgoutbox: client"),
+		tracer: cfg.TracerProvider.Tracer(TracerName),
 	}
 	c.ext = core.Extender{DB: pool, Leases: &c.leases, Lease: cfg.LeaseDuration, LostCause: ErrLeaseLost, Log: c.log}
 	for _, t := range cfg.Types {

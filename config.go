@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -222,12 +224,21 @@ type Config struct {
 	// empty: the listener connects with the pool's configuration. The CLI
 	// reads it from PGOUTBOX_SESSION_DATABASE_URL. See docs/poolers.md.
 	SessionURL string
+	// TracerProvider makes the client's delivery spans (docs/operations.md,
+	// "Tracing"): one CONSUMER span "process <queue>" per delivery,
+	// continuing the trace of the enqueue. Default
+	// otel.GetTracerProvider(), the global provider, a no-op until the
+	// application installs an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() (Config, error) {
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(minLevel{h: slog.Default().Handler(), min: slog.LevelWarn})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Delivery is one claimed effect handed to a handler.
@@ -39,6 +40,7 @@ type Delivery struct {
 	OrderingKey string
 
 	onComplete []func(ctx context.Context, tx pgx.Tx) error
+	span       trace.Span // the consumer span (tracing.go); nil once ended
 }
 
 // OnComplete registers a transition to run inside the transaction that marks

@@ -101,6 +101,13 @@ func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
 // error wrapping the *pgconn.PgError serialization_failure (SQLSTATE 40001)
 // and writes nothing; retry the whole transaction, and the retry returns
 // the existing effect.
+//
+// The enqueue is a span (docs/operations.md, "Tracing"): a PRODUCER span
+// "send <queue>", of the provider of ctx's span when that span is recording,
+// else of the global one (otel.GetTracerProvider()). When its span context
+// is valid (an SDK is installed, or ctx carries a trace), each effect keeps
+// its W3C traceparent and the delivery continues the trace; otherwise the
+// effects keep none (NULL).
 func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, error) {
 	if tx == nil {
 		return nil, &InvalidEffectError{Field: "tx", Reason: "is nil: effects are enqueued inside the caller's transaction"}
@@ -108,6 +115,14 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 	if len(effects) == 0 {
 		return nil, nil
 	}
+	traceparent, end := enqueueSpan(ctx, effects)
+	ids, err := enqueueBatch(ctx, tx, effects, traceparent)
+	end(ids, err)
+	return ids, err
+}
+
+// enqueueBatch is EnqueueBatch, each effect keeping traceparent ("" none).
+func enqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect, traceparent string) ([]int64, error) {
 	rows := make([]store.NewEffect, len(effects))
 	for i, e := range effects {
 		ne, err := prepare(e)
@@ -117,6 +132,7 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 			}
 			return nil, err
 		}
+		ne.Traceparent = traceparent
 		rows[i] = ne
 	}
 	res, err := store.Insert(ctx, tx, rows)

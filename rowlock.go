@@ -141,6 +141,7 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		dctx, cancel := context.WithCancelCause(q.c.life.Work())
 		it := &inTx{d: newDelivery(cl), cancel: cancel}
 		it.d.LeaseToken = token
+		dctx = q.c.deliverySpan(dctx, it.d, cl.Traceparent)
 		b.running[cl.ID] = it
 		b.pending++
 		q.c.life.AddDelivery()

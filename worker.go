@@ -208,8 +208,9 @@ func (q *queueWorker) start(cl store.Claimed) {
 			q.c.life.DeliveryDone()
 		}()
 		d := newDelivery(cl)
+		dctx := q.c.deliverySpan(ctx, d, cl.Traceparent)
 		j := q.job(d, fence, freeSlot)
-		q.report(d, q.deliverer.Run(ctx, j))
+		q.report(d, q.deliverer.Run(dctx, j))
 	}()
 }
 
@@ -299,6 +300,7 @@ func (q *queueWorker) report(d *Delivery, r core.Report) {
 	case core.LeaseLost:
 		q.leaseLost(d, r.Op)
 	case core.Unrecorded:
+		d.endSpan(OutcomeSuccess, "")
 		q.c.log.Error("completion commit failed; the lease will expire and the effect be recovered",
 			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
 	case core.WriteFailed:
@@ -335,6 +337,7 @@ func (q *queueWorker) report(d *Delivery, r core.Report) {
 }
 
 func (q *queueWorker) event(d *Delivery, o Outcome, state string, err error) {
+	d.endSpan(o, state)
 	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: State(state)}
 	if err != nil {
 		e.Err = err.Error()

@@ -202,13 +202,14 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json DEFAULT NULL::json, max_attempts integer DEFAULT NULL::integer, available_at timestamp with time zone DEFAULT NULL::timestamp with time zone, delay interval DEFAULT NULL::interval, ordering_key text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json DEFAULT NULL::json, max_attempts integer DEFAULT NULL::integer, available_at timestamp with time zone DEFAULT NULL::timestamp with time zone, delay interval DEFAULT NULL::interval, ordering_key text DEFAULT NULL::text, traceparent text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     RETURN (pgoutbox.enqueue_rows(ARRAY[queue], ARRAY[effect_type], ARRAY[idempotency_key], ARRAY[payload],
-                                  ARRAY[max_attempts], ARRAY[available_at], ARRAY[delay], ARRAY[ordering_key]))[1];
+                                  ARRAY[max_attempts], ARRAY[available_at], ARRAY[delay], ARRAY[ordering_key],
+                                  ARRAY[traceparent]))[1];
 END;
 $$;
 
@@ -218,7 +219,7 @@ CREATE FUNCTION pgoutbox.enqueue_batch(effects json) RETURNS TABLE(idx integer, 
     AS $$
 DECLARE
     c_fields    constant text[] := ARRAY['queue', 'effect_type', 'idempotency_key', 'payload', 'max_attempts', 'available_at',
-                                         'delay', 'ordering_key'];
+                                         'delay', 'ordering_key', 'traceparent'];
     v_n         integer;
     v_at        text;
     v_e         json;
@@ -232,6 +233,7 @@ DECLARE
     v_avail     timestamptz[] := '{}';
     v_delays    interval[] := '{}';
     v_okeys     text[] := '{}';
+    v_tps       text[] := '{}';
     v_delay     interval;
     v_ts        timestamptz;
     v_ids       bigint[];
@@ -257,7 +259,7 @@ BEGIN
                 array_to_string(c_fields, ', ')
                 USING ERRCODE = 'OB001', COLUMN = v_f;
         END IF;
-        FOREACH v_f IN ARRAY c_fields[1:3] || ARRAY['available_at', 'ordering_key'] LOOP
+        FOREACH v_f IN ARRAY c_fields[1:3] || ARRAY['available_at', 'ordering_key', 'traceparent'] LOOP
             IF coalesce(json_typeof(v_e -> v_f), 'null') NOT IN ('string', 'null') THEN
                 RAISE EXCEPTION 'pgoutbox: %invalid effect: % must be a JSON string, not %', v_at, v_f, json_typeof(v_e -> v_f)
                     USING ERRCODE = 'OB001', COLUMN = v_f;
@@ -321,8 +323,10 @@ BEGIN
         END CASE;
         v_delays := array_append(v_delays, v_delay);
         v_okeys := array_append(v_okeys, v_e ->> 'ordering_key');
+        v_tps := array_append(v_tps, v_e ->> 'traceparent');
     END LOOP;
-    v_ids := pgoutbox.enqueue_rows(v_queues, v_types, v_keys, v_payloads, v_attempts, v_avail, v_delays, v_okeys);
+    v_ids := pgoutbox.enqueue_rows(v_queues, v_types, v_keys, v_payloads, v_attempts, v_avail, v_delays, v_okeys,
+                                   v_tps);
     RETURN QUERY SELECT (u.o - 1)::integer, u.x FROM unnest(v_ids) WITH ORDINALITY AS u(x, o) ORDER BY u.o;
 END;
 $$;
@@ -334,7 +338,7 @@ CREATE FUNCTION pgoutbox.enqueue_caller() RETURNS name
     SELECT CASE WHEN current_setting('role') = 'none' THEN session_user ELSE current_setting('role')::name END
 $$;
 
-CREATE FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) RETURNS bigint[]
+CREATE FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[], p_traceparents text[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -391,6 +395,14 @@ BEGIN
         IF p_ordering_keys[i] IS NOT NULL AND (octet_length(p_ordering_keys[i]) > 512 OR p_ordering_keys[i] ~ c_blank) THEN
             RAISE EXCEPTION 'pgoutbox: %invalid effect: ordering_key must be NULL (none) or 1-512 bytes, not only white space', v_at
                 USING ERRCODE = 'OB001', COLUMN = 'ordering_key';
+        END IF;
+        -- A W3C traceparent of version 00 (00024), checked before the
+        -- pattern: its length is fixed, whatever the caller sent.
+        IF p_traceparents[i] IS NOT NULL AND (octet_length(p_traceparents[i]) <> 55
+                OR p_traceparents[i] !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+                OR substr(p_traceparents[i], 4, 32) = repeat('0', 32) OR substr(p_traceparents[i], 37, 16) = repeat('0', 16)) THEN
+            RAISE EXCEPTION 'pgoutbox: %invalid effect: traceparent must be NULL (none) or a W3C traceparent of version 00: 00-<trace id: 32 hex>-<parent id: 16 hex>-<flags: 2 hex>, lower case, ids not all zeros', v_at
+                USING ERRCODE = 'OB001', COLUMN = 'traceparent';
         END IF;
         IF p_max_attempts[i] < 0 OR p_max_attempts[i] > 1000 THEN
             RAISE EXCEPTION 'pgoutbox: %invalid effect: max_attempts must be between 0 (default) and 1000, not %',
@@ -457,9 +469,10 @@ BEGIN
     -- statement returns, in input order, each created effect's id or NULL.
     WITH input AS (
         SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-        FROM unnest(p_queues, p_types, p_keys, v_payloads, v_attempts, p_available_at, p_delays, p_ordering_keys)
+        FROM unnest(p_queues, p_types, p_keys, v_payloads, v_attempts, p_available_at, p_delays, p_ordering_keys,
+                    p_traceparents)
             WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay,
-                                 ordering_key, ord)
+                                 ordering_key, traceparent, ord)
         ORDER BY t.ord
     ), keyed AS (
         INSERT INTO pgoutbox.effect_keys AS x (queue, idempotency_key, effect_id)
@@ -471,10 +484,10 @@ BEGIN
         SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
     ), created AS (
         INSERT INTO pgoutbox.effects AS e (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
-                                           ordering_key)
+                                           ordering_key, traceparent)
         OVERRIDING SYSTEM VALUE
         SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
-            coalesce(i.available_at, now() + coalesce(i.delay, interval '0')), i.ordering_key
+            coalesce(i.available_at, now() + coalesce(i.delay, interval '0')), i.ordering_key, i.traceparent
         FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
         ORDER BY i.id
         RETURNING e.id
@@ -1358,6 +1371,7 @@ CREATE TABLE pgoutbox.effects (
     resolution jsonb,
     ordering_key text,
     parked_due_at timestamp with time zone,
+    traceparent text,
     CONSTRAINT effects_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT effects_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
     CONSTRAINT effects_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
@@ -1491,6 +1505,9 @@ ALTER TABLE ONLY pgoutbox.effect_keys
 ALTER TABLE ONLY pgoutbox.effects
     ADD CONSTRAINT effects_pkey PRIMARY KEY (id);
 
+ALTER TABLE pgoutbox.effects
+    ADD CONSTRAINT effects_traceparent_format CHECK (((traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text) AND (substr(traceparent, 4, 32) <> repeat('0'::text, 32)) AND (substr(traceparent, 37, 16) <> repeat('0'::text, 16)))) NOT VALID;
+
 ALTER TABLE ONLY pgoutbox.key_rune_classes
     ADD CONSTRAINT key_rune_classes_pkey PRIMARY KEY (lo);
 
@@ -1569,13 +1586,13 @@ GRANT ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type
 
 REVOKE ALL ON FUNCTION pgoutbox.dead_letter_moves_on(p_queue text, p_type text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text) TO pgoutbox_enqueuer;
+REVOKE ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text, traceparent text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json, max_attempts integer, available_at timestamp with time zone, delay interval, ordering_key text, traceparent text) TO pgoutbox_enqueuer;
 
 REVOKE ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) TO pgoutbox_enqueuer;
 
-REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[], p_traceparents text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) TO pgoutbox_worker;

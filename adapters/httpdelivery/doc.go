@@ -21,7 +21,11 @@
 //     or a file, never stored in the outbox);
 //   - content-type: application/json, user-agent: pgoutbox, and
 //     pgoutbox-queue, pgoutbox-effect-type, pgoutbox-effect-id and
-//     pgoutbox-attempt, for the receiver's logs.
+//     pgoutbox-attempt, for the receiver's logs;
+//   - traceparent (and tracestate), W3C Trace Context: the delivery's span
+//     (a Client's CONSUMER span "process <queue>", docs/operations.md
+//     "Tracing"), when it has a valid span context, so the receiver's spans
+//     join the trace of the request that enqueued the effect.
 //
 // Redirects are not followed (a 3xx is an answer like any other).
 //

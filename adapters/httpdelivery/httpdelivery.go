@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/adapters/internal/httpout"
 )
@@ -198,6 +200,10 @@ func (d *Deliverer) Deliver(ctx context.Context, dl *pgoutbox.Delivery) error {
 	h.Set("pgoutbox-effect-type", dl.Type)
 	h.Set("pgoutbox-effect-id", strconv.FormatInt(dl.ID, 10))
 	h.Set("pgoutbox-attempt", strconv.Itoa(dl.Attempt))
+	// The delivery's span (the Client's consumer span) continues in the
+	// endpoint: traceparent (and tracestate), as W3C Trace Context says,
+	// whatever propagator the application installed globally.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
 	resp, err := d.hc.Do(req)
 	if err != nil {
 		// The text names the endpoint, the method and the URL's path, never

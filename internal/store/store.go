@@ -94,6 +94,10 @@ type NewEffect struct {
 	// sequence of that key (migration 00013): it is claimed only once every
 	// earlier effect of the queue and key is terminal (see claimableSQL).
 	OrderingKey string
+	// Traceparent, when not empty, is the W3C traceparent of the enqueue's
+	// span (migration 00024), which the delivery continues. Empty writes
+	// NULL.
+	Traceparent string
 }
 
 // insertSQL writes the key rows first (migration 00006): ON CONFLICT DO
@@ -115,8 +119,9 @@ type NewEffect struct {
 const insertSQL = `
 WITH input AS (
     SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[], $8::text[])
-        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ordering_key, ord)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[], $8::text[], $9::text[])
+        WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ordering_key,
+                             traceparent, ord)
     ORDER BY t.ord
 ), keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
@@ -128,10 +133,11 @@ WITH input AS (
     -- its key rows; the trigger resets it.
     SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
 )
-INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at, ordering_key)
+INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at, ordering_key,
+    traceparent)
 OVERRIDING SYSTEM VALUE
 SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
-    coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, '')
+    coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, ''), i.traceparent
 FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
 ORDER BY i.id
 RETURNING id, queue, idempotency_key`
@@ -162,12 +168,16 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	payloads, maxAttempts := make([]string, n), make([]int32, n)
 	avail, delays := make([]*time.Time, n), make([]float64, n)
 	orderingKeys, ordered := make([]*string, n), false
+	traceparents := make([]*string, n)
 	for i, e := range effects {
 		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
 		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
 		delays[i] = e.Delay.Seconds()
 		if e.OrderingKey != "" {
 			orderingKeys[i], ordered = &e.OrderingKey, true
+		}
+		if e.Traceparent != "" {
+			traceparents[i] = &e.Traceparent
 		}
 	}
 	if ordered {
@@ -177,7 +187,7 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	}
 	type qk struct{ queue, key string }
 	created := make(map[qk]int64, n)
-	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays, orderingKeys)
+	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays, orderingKeys, traceparents)
 	if err != nil {
 		return nil, MapError(err)
 	}
@@ -259,6 +269,9 @@ type Claimed struct {
 	DeliveryStartedAt *time.Time
 	// OrderingKey is the effect's ordering key ("" for none).
 	OrderingKey string
+	// Traceparent is the W3C traceparent the enqueue stored ("" for none,
+	// migration 00024).
+	Traceparent string
 	// Suspect is set by LockClaim only: the effect was attempted before, or
 	// its row still carries the lock of an earlier claimer that never wrote
 	// it (a row-lock holder whose worker died during the hold). It must not
@@ -352,7 +365,7 @@ RETURNING ` + claimedColumns
 // claimedColumns is what every claim returns, in Claimed's scan order.
 const claimedColumns = `e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
     e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at,
-    coalesce(e.ordering_key, '')`
+    coalesce(e.ordering_key, ''), coalesce(e.traceparent, '')`
 
 const claimSQL = `WITH next AS (SELECT id ` + claimableSQL + `)` + leaseSQL
 
@@ -385,7 +398,7 @@ func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 		var c Claimed
 		var lat float64
 		dest := []any{&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.Attempt, &c.MaxAttempts,
-			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt, &c.OrderingKey}
+			&c.Token, &c.CreatedAt, &lat, &c.DeliveryStartedAt, &c.OrderingKey, &c.Traceparent}
 		if suspect {
 			dest = append(dest, &c.Suspect)
 		}
@@ -415,7 +428,7 @@ func scanClaimedRows(rows pgx.Rows, suspect bool) ([]Claimed, error) {
 // them last: a retry takes a durable lease.
 const lockClaimSQL = `SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts + 1, e.max_attempts,
     '00000000-0000-0000-0000-000000000000'::uuid, e.created_at, extract(epoch FROM now() - e.available_at)::float8,
-    e.delivery_started_at, coalesce(e.ordering_key, ''), (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
+    e.delivery_started_at, coalesce(e.ordering_key, ''), coalesce(e.traceparent, ''), (e.xmax <> '0'::xid OR e.attempts > 0)` + claimableSQL
 
 // Batcher sends a batch of statements in one round trip: a connection or
 // a transaction.

@@ -1,0 +1,163 @@
+package pgoutbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Tracing (docs/operations.md, "Tracing") follows OpenTelemetry's messaging
+// semantic conventions: an enqueue is a PRODUCER span "send <queue>" whose
+// W3C traceparent the effect row keeps (migration 00024), and a delivery is
+// a CONSUMER span "process <queue>" that continues it. Attributes name the
+// queue, the effect's id and type, the attempt and the outcome; never the
+// payload, the idempotency key or the ordering key, which may be derived from
+// what a payload holds.
+
+// TracerName is the instrumentation scope of pgoutbox's spans.
+const TracerName = "github.com/pgoutbox/pgoutbox"
+
+// MessagingSystem is the messaging.system attribute of pgoutbox's spans.
+const MessagingSystem = "pgoutbox"
+
+// pgoutbox's own span attributes.
+const (
+	attrEffectType = attribute.Key("pgoutbox.effect.type")
+	attrAttempt    = attribute.Key("pgoutbox.attempt")
+	attrOutcome    = attribute.Key("pgoutbox.outcome")
+	attrState      = attribute.Key("pgoutbox.state")
+)
+
+// w3c reads and writes the traceparent header; the effect row keeps W3C's
+// format whatever propagator the application installed globally.
+var w3c propagation.TraceContext
+
+// enqueueTracer is the tracer of an enqueue in ctx: the provider of the
+// caller's span when it is recording (so a span started with a provider of
+// the application's own is continued by it), else the global one
+// (otel.GetTracerProvider(): a no-op until the application installs an SDK).
+func enqueueTracer(ctx context.Context) trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if s := trace.SpanFromContext(ctx); s.IsRecording() {
+		tp = s.TracerProvider()
+	}
+	return tp.Tracer(TracerName)
+}
+
+// enqueueSpan starts the producer span of an enqueue of effects and returns
+// the traceparent its effects keep ("" when the span context is not valid:
+// no SDK and no incoming trace, so nothing more is written) and the
+// function that ends it. A batch is one "send" span that is the creation
+// context of all its effects (no "create" span per effect: a batch of
+// 1,000 effects costs one span).
+func enqueueSpan(ctx context.Context, effects []Effect) (string, func(ids []int64, err error)) {
+	queue := effects[0].Queue
+	for _, e := range effects[1:] {
+		if e.Queue != queue {
+			queue = ""
+			break
+		}
+	}
+	name := "send"
+	if queue != "" {
+		name = "send " + queue
+	}
+	_, span := enqueueTracer(ctx).Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
+			semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"))
+		if queue != "" {
+			span.SetAttributes(semconv.MessagingDestinationName(queue))
+		}
+		if len(effects) > 1 {
+			span.SetAttributes(semconv.MessagingBatchMessageCount(len(effects)))
+		} else {
+			span.SetAttributes(attrEffectType.String(effects[0].Type))
+		}
+	}
+	tp := traceparentOf(span.SpanContext())
+	return tp, func(ids []int64, err error) {
+		if err != nil {
+			span.SetStatus(codes.Error, "enqueue failed")
+			span.SetAttributes(semconv.ErrorTypeKey.String(fmt.Sprintf("%T", err)))
+		} else if len(ids) == 1 && span.IsRecording() {
+			span.SetAttributes(semconv.MessagingMessageID(strconv.FormatInt(ids[0], 10)))
+		}
+		span.End()
+	}
+}
+
+// traceparentOf is sc as a W3C traceparent, "" when sc is not valid.
+func traceparentOf(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	return c["traceparent"]
+}
+
+// spanContextOf parses a stored traceparent; the zero SpanContext (not
+// valid) for "" or a malformed one.
+func spanContextOf(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := w3c.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// deliverySpan starts d's consumer span "process <queue>" in ctx and keeps it
+// in d, for endSpan. The first attempt is a child of the enqueue's span (the
+// stored traceparent); a later one starts a trace of its own, so that
+// retries hours apart are not one long trace. Every attempt links to the
+// enqueue's span (the conventions' creation context).
+func (c *Client) deliverySpan(ctx context.Context, d *Delivery, traceparent string) context.Context {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	if sc := spanContextOf(traceparent); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		if d.Attempt <= 1 {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		} else {
+			opts = append(opts, trace.WithNewRoot())
+		}
+	}
+	ctx, span := c.tracer.Start(ctx, "process "+d.Queue, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
+			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(d.Queue), semconv.MessagingMessageID(strconv.FormatInt(d.ID, 10)),
+			attrEffectType.String(d.Type), attrAttempt.Int(d.Attempt))
+	}
+	d.span = span
+	return ctx
+}
+
+// endSpan ends d's consumer span, if it has one, with the delivery's outcome
+// and the state it left the effect in ("" when unknown). Only the first
+// call ends it.
+func (d *Delivery) endSpan(o Outcome, state string) {
+	span := d.span
+	if span == nil {
+		return
+	}
+	d.span = nil
+	if span.IsRecording() {
+		span.SetAttributes(attrOutcome.String(string(o)))
+		if state != "" {
+			span.SetAttributes(attrState.String(state))
+		}
+		if o != OutcomeSuccess {
+			span.SetAttributes(semconv.ErrorTypeKey.String(string(o)))
+			span.SetStatus(codes.Error, string(o))
+		}
+	}
+	span.End()
+}
