@@ -410,7 +410,7 @@ func TestEnqueuerRoleMayOnlyEnqueue(t *testing.T) {
 		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key) VALUES ('q', 't', 'direct')`,
 		`UPDATE pgoutbox.effects SET state = 'completed'`,
 		`DELETE FROM pgoutbox.effects`,
-		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}')`,
+		`SELECT pgoutbox.enqueue_rows('{q}', '{t}', '{k}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}')`,
 		// It runs with the caller's privileges (migration 00016).
 		`SELECT * FROM pgoutbox.replay_dead_letters('{}', '', '', 10)`,
 	} {
