@@ -52,6 +52,14 @@ export interface Effect {
    * Undefined means none.
    */
   orderingKey?: string;
+  /**
+   * The W3C traceparent the delivery continues ("00-<trace id>-<parent
+   * id>-<flags>", lower-case hex; docs/operations.md "Tracing"). undefined
+   * means the active span's, read through @opentelemetry/api when that
+   * package is installed and a span is active; null means none. Anything
+   * else but a version-00 traceparent is refused (OB001).
+   */
+  traceparent?: string | null;
 }
 
 /**
@@ -143,10 +151,62 @@ function checkDelay(ms: number): number {
   return ms;
 }
 
-/** The statement {@link enqueue} runs, for drivers other than node-postgres. Its one row has the column id. */
+/** The parts of @opentelemetry/api's that {@link activeTraceparent} reads. */
+interface OtelAPI {
+  context: { active(): unknown };
+  trace: {
+    getSpanContext(ctx: unknown): { traceId: string; spanId: string; traceFlags: number } | undefined;
+    isSpanContextValid(sc: { traceId: string; spanId: string }): boolean;
+  };
+}
+
+let otelAPI: Promise<OtelAPI | null> | undefined;
+
+// loadOtelAPI imports @opentelemetry/api once, when it is installed (an
+// optional peer dependency: without it, enqueue keeps no traceparent). The
+// name is a variable so that TypeScript does not need the package.
+function loadOtelAPI(): Promise<OtelAPI | null> {
+  const name = "@opentelemetry/api";
+  otelAPI ??= import(name).then(
+    (m: OtelAPI & { default?: OtelAPI }) => (m.trace ? m : (m.default ?? null)),
+    () => null,
+  );
+  return otelAPI;
+}
+
+/**
+ * Returns the W3C traceparent of the active span, read through
+ * @opentelemetry/api when that package is installed, or undefined (no
+ * package, no active span).
+ */
+export async function activeTraceparent(): Promise<string | undefined> {
+  const api = await loadOtelAPI();
+  const sc = api?.trace.getSpanContext(api.context.active());
+  if (!api || !sc || !api.trace.isSpanContextValid(sc)) return undefined;
+  return `00-${sc.traceId}-${sc.spanId}-${(sc.traceFlags & 0xff).toString(16).padStart(2, "0")}`;
+}
+
+// withTraceparent fills an effect's undefined traceparent with the active
+// span's, if any.
+async function withTraceparent(effect: Effect): Promise<Effect> {
+  if (effect?.traceparent !== undefined) return effect;
+  const traceparent = await activeTraceparent();
+  return traceparent === undefined ? effect : { ...effect, traceparent };
+}
+
+/**
+ * The statement {@link enqueue} runs, for drivers other than node-postgres.
+ * Its one row has the column id. A traceparent is passed only when the
+ * effect has one, so the statement without it runs on databases migrated
+ * before version 24.
+ */
 export function enqueueStatement(effect: Effect): Statement {
+  const traced = effect.traceparent !== undefined && effect.traceparent !== null;
   return {
-    text: "SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5::integer, $6::timestamptz, $7::interval, $8::text)::text AS id",
+    text:
+      "SELECT pgoutbox.enqueue($1, $2, $3, $4::text::json, $5::integer, $6::timestamptz, $7::interval, $8::text" +
+      (traced ? ", traceparent => $9::text" : "") +
+      ")::text AS id",
     values: [
       effect.queue,
       effect.type,
@@ -156,6 +216,7 @@ export function enqueueStatement(effect: Effect): Statement {
       encodeTime(effect.availableAt),
       effect.delayMs === undefined ? null : `${checkDelay(effect.delayMs)} milliseconds`,
       effect.orderingKey === undefined ? null : effect.orderingKey,
+      ...(traced ? [effect.traceparent] : []),
     ],
   };
 }
@@ -177,6 +238,7 @@ export function enqueueBatchStatement(effects: readonly Effect[]): Statement {
     if (at !== null) fields.push(`"available_at":${JSON.stringify(at)}`);
     if (e.delayMs !== undefined) fields.push(`"delay":${checkDelay(e.delayMs) / 1000}`);
     if (e.orderingKey !== undefined) fields.push(`"ordering_key":${JSON.stringify(e.orderingKey)}`);
+    if (e.traceparent !== undefined && e.traceparent !== null) fields.push(`"traceparent":${JSON.stringify(e.traceparent)}`);
     return `{${fields.join(",")}}`;
   });
   return {
@@ -203,11 +265,12 @@ function checkQueryable(db: Queryable): void {
  * transaction commits. A key that exists in the queue returns the existing
  * id and writes nothing. Invalid input is refused by the database with an
  * error whose code is one of {@link SQLState} (the transaction is then
- * aborted: roll it back).
+ * aborted: roll it back). The effect keeps the active span's traceparent
+ * (see {@link Effect.traceparent}).
  */
 export async function enqueue(db: Queryable, effect: Effect): Promise<string> {
   checkQueryable(db);
-  const st = enqueueStatement(effect);
+  const st = enqueueStatement(await withTraceparent(effect));
   const { rows } = await db.query(st.text, st.values);
   return String(rows[0]?.id);
 }
@@ -222,7 +285,7 @@ export async function enqueue(db: Queryable, effect: Effect): Promise<string> {
 export async function enqueueBatch(db: Queryable, effects: readonly Effect[]): Promise<string[]> {
   checkQueryable(db);
   if (effects.length === 0) return [];
-  const st = enqueueBatchStatement(effects);
+  const st = enqueueBatchStatement(await Promise.all(effects.map(withTraceparent)));
   const { rows } = await db.query(st.text, st.values);
   return rows.map((r) => String(r.id));
 }

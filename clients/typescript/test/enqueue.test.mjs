@@ -286,3 +286,36 @@ test("availableAt, delayMs and maxAttempts reach the rows of both forms", async 
   }
   assert.deepEqual(await counts(), before);
 });
+
+test("the active span's traceparent reaches the rows of both forms; a malformed one is refused", async () => {
+  const api = await import("@opentelemetry/api");
+  const { AsyncLocalStorageContextManager } = await import("@opentelemetry/context-async-hooks");
+  api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  const before = await counts();
+  const client = await pool.connect();
+  try {
+    const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const span = api.trace.wrapSpanContext({ traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7", traceFlags: 1 });
+    await client.query("BEGIN");
+    await api.context.with(api.trace.setSpan(api.context.active(), span), async () => {
+      await enqueue(client, { queue: "traced", type: "t", key: "one" });
+      await enqueueBatch(client, [
+        { queue: "traced", type: "t", key: "two" },
+        { queue: "traced", type: "t", key: "three", traceparent: null },
+      ]);
+    });
+    await enqueue(client, { queue: "traced", type: "t", key: "four" }); // no active span
+    const given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    await enqueue(client, { queue: "traced", type: "t", key: "five", traceparent: given });
+    const { rows } = await client.query(`SELECT traceparent FROM pgoutbox.effects WHERE queue = 'traced' ORDER BY id`);
+    assert.deepEqual(rows.map((r) => r.traceparent), [traceparent, traceparent, null, null, given]);
+    const err = await enqueue(client, { queue: "traced", type: "t", key: "six", traceparent: traceparent.toUpperCase() }).catch((e) => e);
+    assert.equal(err.code, SQLState.InvalidEffect);
+    assert.match(err.message, /traceparent must be NULL \(none\) or a W3C traceparent of version 00/);
+  } finally {
+    await client.query("ROLLBACK");
+    client.release();
+    api.context.disable();
+  }
+  assert.deepEqual(await counts(), before);
+});
