@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
@@ -206,5 +207,75 @@ func TestSQLEnqueueTraceparent(t *testing.T) {
 		if s.SpanContext.SpanID() == sc.SpanID() && s.Parent.SpanID().String() != goodTraceparent[36:52] {
 			t.Errorf("process span's parent %s, want %s", s.Parent.SpanID(), goodTraceparent[36:52])
 		}
+	}
+}
+
+// TestAnyLanguageTracingExample runs the tracing example of
+// docs/any-language.md ("Tracing") statement by statement as the owner (a
+// statement marked "-- refused: CODE" must be refused with that SQLSTATE),
+// then delivers what it committed with a traced Client: the delivery's span
+// is a child of the example's traceparent.
+func TestAnyLanguageTracingExample(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	doc, err := os.ReadFile("docs/any-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, found := strings.Cut(string(doc), "<!-- tracing example -->\n```sql\n")
+	block, _, closed := strings.Cut(after, "```")
+	if !found || !closed {
+		t.Fatal("docs/any-language.md has no tracing example block")
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals := 0
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		sql, comment, _ := strings.Cut(line, "--")
+		_, err := conn.Exec(b.ctx, strings.TrimSpace(sql))
+		if want, refused := strings.CutPrefix(strings.TrimSpace(comment), "refused: "); refused {
+			refusals++
+			if pgCode(err) != want {
+				t.Fatalf("%s: %v, want %s", sql, err, want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	conn.Release()
+	if n := b.count(t); n != 1 || refusals != 1 {
+		t.Fatalf("%d effects, %d refusals; want the 1 committed and 1 refused", n, refusals)
+	}
+
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	c, err := pgoutbox.NewClient(b.pool, pgoutbox.Config{
+		SweepInterval: -1, PruneInterval: -1, Logger: slog.New(slog.DiscardHandler), TracerProvider: tp,
+		Queues: map[string]pgoutbox.QueueConfig{"emails": {}},
+		Types: []pgoutbox.EffectType{{Name: "email.receipt", ReplaySafe: true,
+			Handler: func(context.Context, *pgoutbox.Delivery) error { return nil }}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the example's effect completed", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) == 1
+	})
+	if err := c.Stop(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "process emails" ||
+		spans[0].Parent.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+		spans[0].Parent.SpanID().String() != "00f067aa0ba902b7" || !spans[0].Parent.IsRemote() {
+		t.Fatalf("spans %v, want one \"process emails\", a child of the example's traceparent", spans)
 	}
 }
