@@ -168,7 +168,9 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	payloads, maxAttempts := make([]string, n), make([]int32, n)
 	avail, delays := make([]*time.Time, n), make([]float64, n)
 	orderingKeys, ordered := make([]*string, n), false
-	traceparents := make([]*string, n)
+	// traceparents stays nil (SQL NULL) when no effect has one: unnest
+	// pads it with NULLs, and an untraced batch sends no array.
+	var traceparents []*string
 	for i, e := range effects {
 		queues[i], types[i], keys[i] = e.Queue, e.Type, e.Key
 		payloads[i], maxAttempts[i], avail[i] = string(e.Payload), int32(e.MaxAttempts), e.AvailableAt
@@ -177,6 +179,9 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 			orderingKeys[i], ordered = &e.OrderingKey, true
 		}
 		if e.Traceparent != "" {
+			if traceparents == nil {
+				traceparents = make([]*string, n)
+			}
 			traceparents[i] = &e.Traceparent
 		}
 	}
