@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -19,6 +20,14 @@ import (
 
 // A traceparent as a tracing SDK writes it (W3C Trace Context's example).
 const goodTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// orNull is *s quoted, or NULL.
+func orNull(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return fmt.Sprintf("%q", *s)
+}
 
 func (b *bundle) traceparent(t *testing.T, id int64) *string {
 	t.Helper()
@@ -63,7 +72,7 @@ func TestEnqueueTraceparent(t *testing.T) {
 	}
 	want := "00-" + send.SpanContext.TraceID().String() + "-" + send.SpanContext.SpanID().String() + "-01"
 	if got := b.traceparent(t, id); got == nil || *got != want || send.Parent.SpanID() != span.SpanContext().SpanID() {
-		t.Errorf("under an SDK: traceparent %v, want the send span's %q (a child of the request)", got, want)
+		t.Errorf("under an SDK: traceparent %s, want the send span's %q (a child of the request)", orNull(got), want)
 	}
 	if send.SpanKind != trace.SpanKindProducer || len(send.Attributes) == 0 {
 		t.Errorf("send span: %v %v", send.SpanKind, send.Attributes)
@@ -73,7 +82,7 @@ func TestEnqueueTraceparent(t *testing.T) {
 		TraceFlags: trace.FlagsSampled, Remote: true})
 	remote := b.enqueueCtx(t, trace.ContextWithRemoteSpanContext(b.ctx, sc), pgoutbox.Effect{Queue: "q", Type: "t", Key: "remote"})
 	if got := b.traceparent(t, remote); got == nil || *got != "00-01000000000000000000000000000000-0200000000000000-01" {
-		t.Errorf("an incoming trace without an SDK: traceparent %v, want the incoming one", got)
+		t.Errorf("an incoming trace without an SDK: traceparent %s, want the incoming one", orNull(got))
 	}
 }
 
@@ -120,7 +129,7 @@ func TestSQLEnqueueTraceparent(t *testing.T) {
 	for i, id := range ids {
 		got := b.traceparent(t, id)
 		if i < 2 && (got == nil || *got != goodTraceparent) || i >= 2 && got != nil {
-			t.Errorf("effect %d: traceparent %v", i, got)
+			t.Errorf("effect %d: traceparent %s", i, orNull(got))
 		}
 	}
 
