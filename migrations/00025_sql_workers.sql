@@ -202,7 +202,7 @@ $$;
 CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, float8, integer)
 RETURNS TABLE (r_id bigint, r_queue text, r_effect_type text, r_key text, r_payload jsonb, r_attempts integer,
                r_max_attempts integer, r_token uuid, r_created_at timestamptz, r_latency float8,
-               r_delivery_started_at timestamptz, r_ordering_key text)
+               r_delivery_started_at timestamptz, r_ordering_key text, r_traceparent text)
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -232,7 +232,7 @@ SET state = 'leased', attempts = e.attempts + $5::int, lease_owner = $3,
 WHERE e.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
     e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at,
-    coalesce(e.ordering_key, '')
+    coalesce(e.ordering_key, ''), coalesce(e.traceparent, '')
 $fn$;
 -- +goose StatementEnd
 
@@ -394,7 +394,7 @@ CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFA
                                lease interval DEFAULT interval '30 seconds')
 RETURNS TABLE (id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer,
                max_attempts integer, lease_token uuid, created_at timestamptz,
-               delivery_started_at timestamptz, ordering_key text)
+               delivery_started_at timestamptz, ordering_key text, traceparent text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -408,7 +408,7 @@ BEGIN
         'must be between 1 second and 1 day');
     RETURN QUERY
     SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
-        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, '')
+        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, ''), nullif(c.r_traceparent, '')
     FROM pgoutbox.work_claim_rows(claim.queue, claim.max_effects, claim.worker,
         extract(epoch FROM claim.lease)::float8, 1) c;
 END;

@@ -11,7 +11,7 @@ CREATE TYPE pgoutbox.effect_state AS ENUM (
     'reconciliation_required'
 );
 
-CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval) RETURNS TABLE(id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, created_at timestamp with time zone, delivery_started_at timestamp with time zone, ordering_key text)
+CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval) RETURNS TABLE(id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, created_at timestamp with time zone, delivery_started_at timestamp with time zone, ordering_key text, traceparent text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -25,7 +25,7 @@ BEGIN
         'must be between 1 second and 1 day');
     RETURN QUERY
     SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
-        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, '')
+        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, ''), nullif(c.r_traceparent, '')
     FROM pgoutbox.work_claim_rows(claim.queue, claim.max_effects, claim.worker,
         extract(epoch FROM claim.lease)::float8, 1) c;
 END;
@@ -1087,7 +1087,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) RETURNS TABLE(r_id bigint, r_queue text, r_effect_type text, r_key text, r_payload jsonb, r_attempts integer, r_max_attempts integer, r_token uuid, r_created_at timestamp with time zone, r_latency double precision, r_delivery_started_at timestamp with time zone, r_ordering_key text)
+CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) RETURNS TABLE(r_id bigint, r_queue text, r_effect_type text, r_key text, r_payload jsonb, r_attempts integer, r_max_attempts integer, r_token uuid, r_created_at timestamp with time zone, r_latency double precision, r_delivery_started_at timestamp with time zone, r_ordering_key text, r_traceparent text)
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -1116,7 +1116,7 @@ UPDATE pgoutbox.effects e
 WHERE e.id = ANY(ARRAY(SELECT id FROM next))
 RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts, e.max_attempts,
     e.lease_token, e.created_at, extract(epoch FROM now() - e.available_at)::float8, e.delivery_started_at,
-    coalesce(e.ordering_key, '')
+    coalesce(e.ordering_key, ''), coalesce(e.traceparent, '')
 $_$;
 
 CREATE FUNCTION pgoutbox.work_complete_rows(bigint[], uuid[], text[]) RETURNS TABLE(r_id bigint, r_token uuid, r_effect_type text, r_lag double precision)
