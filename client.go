@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,9 @@ type Client struct {
 	ext    core.Extender   // extends leases
 	commit *core.Committer // group-commits completions; set by Start
 	tracer trace.Tracer    // Config.TracerProvider's
+	// claimMu lets one row-lock claim at a time wait for its second pool
+	// connection (acquireClaimPair).
+	claimMu sync.Mutex
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.

@@ -359,8 +359,9 @@ func testKilledDuringHold(t *testing.T) {
 // its own handler) is counted in both lease modes and dead-lettered after
 // its MaxAttempts, while every other effect of the queue completes once.
 // Under row-lock leases the first crash is not counted (the hold wrote
-// nothing); the next claim sees the dead claimer's lock in the row and
-// takes a durable lease, so it crashes at most MaxAttempts+1 times.
+// nothing); the next claim sees the dead claimer's lock in the row, or
+// (after a freeze) its claim record, and takes a durable lease, so it
+// crashes at most MaxAttempts+1 times.
 func TestPoisonThatKillsItsWorker(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
@@ -374,11 +375,11 @@ func TestPoisonThatKillsItsWorker(t *testing.T) {
 		// VACUUM (FREEZE) after every crash (what autovacuum does with
 		// vacuum_freeze_min_age = 0, and PostgreSQL 16+ opportunistically):
 		// durable leases count the attempt in the row, which no vacuum
-		// erases. Row-lock leases count a crash through the dead claimer's
-		// lock in xmax, which the freeze clears: that case is issue 28,
-		// point 3, still open (the claim record of pgoutbox.lock_claims that
-		// fixes it is not used yet, see rowlock.go), so it is not run here.
+		// erases; row-lock leases count a crash through the dead claimer's
+		// lock in xmax, which the freeze clears, and through the claim's
+		// record in pgoutbox.lock_claims, which it does not.
 		{"durable freeze", pgoutbox.RowLockLeaseOff, 3, true},
+		{"rowlock freeze", time.Second, 4, true},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()

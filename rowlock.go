@@ -2,6 +2,7 @@ package pgoutbox
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,19 +42,28 @@ import (
 // effects it held. Left at that, a poison effect that kills its worker
 // would crash-loop the queue forever, available with attempts = 0 at the
 // head of the claim order. So the batch leaves a trace that survives its
-// worker: a row that still carries a dead claimer's lock in its xmax, or one
-// attempted before, reports it as suspect, and the batch promotes it
-// instead of delivering it under the lock: it is delivered under a durable
-// lease, which counts the attempt, so a poison is counted from its second
-// crash on and dead-lettered after MaxAttempts like under durable leases
-// (at most MaxAttempts+1 crashes). xmax alone is not enough: VACUUM
-// (FREEZE), or any vacuum with vacuum_freeze_min_age = 0, erases it, and a
-// poison that kills its worker is then delivered uncounted again (issue 28,
-// point 3, open: a record of each claim in pgoutbox.lock_claims,
-// store.RecordLockClaim, fixes that but made leases expire under a live
-// worker in the deadlock test, and is not used until that is understood).
-// The claim's BEGIN and the close's COMMIT ride in their statements' round
-// trips, so a batch takes two. A retry, a released or recovered
+// worker: before delivering anything it records the ids it locked
+// (store.RecordLockClaim: one row of pgoutbox.lock_claims, committed on a
+// second pool connection with asynchronous commit, so a worker's crash
+// cannot lose it) and deletes the record in the transaction that closes
+// it. A claim that locks a row which a surviving record names (its batch
+// no longer holds the row, so it died), a row that still carries a dead
+// claimer's lock in its xmax, or one attempted before, reports it as
+// suspect, and the batch promotes it instead of delivering it under the
+// lock: it is delivered under a durable lease, which counts the attempt,
+// so a poison is counted from its second crash on and dead-lettered after
+// MaxAttempts like under durable leases (at most MaxAttempts+1 crashes),
+// whatever vacuum did to the rows meanwhile: xmax alone is erased by
+// VACUUM (FREEZE), any vacuum with vacuum_freeze_min_age = 0 and
+// PostgreSQL 16's opportunistic freezing; the record is in a table vacuum
+// never changes the meaning of. Client.Prune deletes the records of dead
+// batches once none of their effects is available with no attempt.
+//
+// The two connections of a claim are taken before it locks anything
+// (acquireClaimPair, which says why). The record costs a batch one round
+// trip before its deliveries start; its delete rides in the close's round
+// trip, and the claim's BEGIN and the close's COMMIT ride in theirs, so a
+// batch takes three round trips. A retry, a released or recovered
 // effect takes a durable lease (two writes instead of one).
 
 // lockBatch is one open claim transaction of a queue in row-lock mode.
@@ -94,12 +104,38 @@ func maxOpenBatches(c *Client) int64 {
 	return max(1, int64(c.pool.Config().MaxConns)/2)
 }
 
+// acquireClaimPair takes the two pool connections a row-lock claim needs:
+// conn for the claim transaction, rec for the batch's record
+// (store.RecordLockClaim), which commits on its own. Both are taken before
+// any row is locked. Taking rec after the claim deadlocked: the claim's
+// SELECT … FOR UPDATE keeps the lock of a row it re-checked and dropped (a
+// row another batch's close had just leased), and that lease's own
+// statements (MarkStarted, Complete) wait for the lock, each holding a pool
+// connection, while the claim transaction waited for a free one: with the
+// pool full of them, nothing moved until the server ended the claim
+// transaction at its idle-in-transaction timeout (LeaseDuration), by which
+// time the leases waiting on it had lapsed (issue 28, point 3). One claim
+// loop of the Client at a time waits with one connection in hand (claimMu):
+// several, each holding one and waiting for a second, could fill the pool.
+func (c *Client) acquireClaimPair(ctx context.Context) (conn, rec *pgxpool.Conn, err error) {
+	c.claimMu.Lock()
+	defer c.claimMu.Unlock()
+	if conn, err = c.pool.Acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	if rec, err = c.pool.Acquire(ctx); err != nil {
+		conn.Release()
+		return nil, nil, err
+	}
+	return conn, rec, nil
+}
+
 // lockClaim claims up to want effects in a new row-lock batch and starts
 // their deliveries. It returns how many rows it locked. Its statements run
 // under cctx, which Stop does not cancel; a batch locked after Stop began
 // (ctx done) is rolled back at once, which releases its rows untouched.
 func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error) {
-	conn, err := q.c.pool.Acquire(cctx)
+	conn, rec, err := q.c.acquireClaimPair(cctx)
 	if err != nil {
 		return 0, err
 	}
@@ -108,15 +144,25 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 		claimed, err = nil, ctx.Err()
 	}
 	if err != nil || len(claimed) == 0 {
+		rec.Release()
 		rollbackLocked(cctx, conn)
 		return 0, err
 	}
-	// The batch writes no record of its claim (store.RecordLockClaim): with
-	// one, TestExtendAndGroupCommitDoNotDeadlock/rowlock saw leases expire
-	// under a live worker and duplicate deliveries in 3 of 5 runs, for a
-	// reason not yet found (issue 28, point 3 is open again). record stays
-	// 0, which CloseLocked skips.
-	var record int64
+	ids := make([]int64, len(claimed))
+	for i, cl := range claimed {
+		ids[i] = cl.ID
+	}
+	record, crashed, err := store.RecordLockClaim(cctx, rec, q.name, ids)
+	rec.Release()
+	if err != nil {
+		rollbackLocked(cctx, conn)
+		return 0, err
+	}
+	for i := range claimed {
+		if slices.Contains(crashed, claimed[i].ID) {
+			claimed[i].Suspect = true
+		}
+	}
 	b := &lockBatch{
 		q: q, conn: conn, record: record, pending: 1,
 		running: make(map[int64]*inTx, len(claimed)),

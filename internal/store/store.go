@@ -517,15 +517,14 @@ SELECT (SELECT id FROM mine), ARRAY(
     SELECT DISTINCT x FROM pgoutbox.lock_claims c CROSS JOIN LATERAL unnest(c.effect_ids) AS x
     WHERE c.queue = $1 AND c.effect_ids && $2::bigint[] AND x = ANY($2::bigint[]))`
 
-// RecordLockClaim is not called yet: with it, row-lock leases expired under a
-// live worker in the deadlock regression test (issue 28, point 3, open).
-//
 // RecordLockClaim records, outside the claim transaction, the effects ids
 // a row-lock batch of queue locked (LockClaim), and returns the record's id
 // (for CloseLocked) and the ids, among them, that a batch which died
 // holding them recorded before: like LockClaim's suspect rows, they must
-// be promoted before they are delivered. Run it on db (a pool), never on
-// the claim transaction, and deliver nothing before it returns.
+// be promoted before they are delivered. Run it on a connection other than
+// the claim transaction's, taken before the claim locked anything (never
+// wait for a pool connection while holding the claim's row locks: see
+// pgoutbox's acquireClaimPair), and deliver nothing before it returns.
 func RecordLockClaim(ctx context.Context, db DBTX, queue string, ids []int64) (int64, []int64, error) {
 	var id int64
 	var crashed []int64
