@@ -3,10 +3,14 @@ package pgoutbox_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
@@ -216,4 +220,125 @@ func TestRowLockRecordsAreClosedAndPruned(t *testing.T) {
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.lock_claims`); n != 0 {
 		t.Fatalf("%d records left after the queue drained and Prune ran, want 0", n)
 	}
+}
+
+// A row-lock claim takes both of its pool connections (the claim
+// transaction's and its record's) before it locks any row. Taking the
+// record's after the claim deadlocked under load: the claim's SELECT … FOR
+// UPDATE keeps the lock of a row it re-checked and dropped, the statements
+// of that row's durable lease wait for it holding the pool's other
+// connections, and the claim waited for one of them until the server ended
+// it (issue 28, point 3). Every acquire of the claim is traced: at its
+// start, no transaction of the client's pool may hold row locks (the pool
+// has three connections, so a queue keeps at most one batch open, and the
+// claim loop claims only when none is).
+func TestRowLockClaimHoldsNoLockWhileAcquiring(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	outside, err := pgx.Connect(b.ctx, b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close(context.Background())
+	tr := &claimAcquireTracer{ctx: b.ctx, outside: outside}
+	pc, err := pgxpool.ParseConfig(b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 3
+	pc.ConnConfig.Tracer = tr
+	pc.ConnConfig.RuntimeParams["application_name"] = claimTestApp
+	pool, err := pgxpool.NewWithConfig(b.ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: 5 * time.Second}},
+		Types:  []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(context.Context, *pgoutbox.Delivery) error { return nil }}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop(b.ctx) }()
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: fmt.Sprint("e", i)})...)
+		b.waitFor(t, "the effect completed", func() bool {
+			return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) == int64(len(ids))
+		})
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.err != nil {
+		t.Fatal(tr.err)
+	}
+	if tr.claims < 2 {
+		t.Fatalf("%d acquires by the row-lock claim traced, want at least 2 (one claim's two connections)", tr.claims)
+	}
+	if len(tr.open) > 0 {
+		t.Fatalf("the row-lock claim waited for a pool connection while its claim transaction held row locks: %q", tr.open)
+	}
+}
+
+// claimTestApp names the connections of the client's pool in
+// TestRowLockClaimHoldsNoLockWhileAcquiring.
+const claimTestApp = "pgoutbox-claim-acquire-test"
+
+// claimAcquireTracer checks, at the start of every pool acquire made from
+// the row-lock claim (pgoutbox's lockClaim), from a connection outside the
+// pool, whether a transaction of the pool holds row locks while it waits
+// for its client.
+type claimAcquireTracer struct {
+	ctx     context.Context
+	outside *pgx.Conn
+
+	mu     sync.Mutex
+	claims int
+	open   []string
+	err    error
+}
+
+func (*claimAcquireTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (*claimAcquireTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (tr *claimAcquireTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".(*queueWorker).lockClaim") {
+			break
+		}
+		if !more {
+			return ctx
+		}
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.claims++
+	// A transaction of the client's pool that holds locks (it has a
+	// transaction id) and waits for its client: an open claim.
+	rows, err := tr.outside.Query(tr.ctx, `SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 60)
+		FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1
+		  AND state LIKE 'idle in transaction%' AND backend_xid IS NOT NULL`, claimTestApp)
+	if err == nil {
+		var open []string
+		open, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		tr.open = append(tr.open, open...)
+	}
+	if err != nil && tr.err == nil {
+		tr.err = err
+	}
+	return ctx
+}
+
+func (*claimAcquireTracer) TraceAcquireEnd(context.Context, *pgxpool.Pool, pgxpool.TraceAcquireEndData) {
 }
