@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -341,4 +342,47 @@ func (tr *claimAcquireTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.
 }
 
 func (*claimAcquireTracer) TraceAcquireEnd(context.Context, *pgxpool.Pool, pgxpool.TraceAcquireEndData) {
+}
+
+// A batch whose claim record cannot be written delivers nothing: it rolls
+// back, its effect stays available with no attempt, and the claim loop
+// backs off like after a failed claim; once records can be written again
+// the effect is delivered.
+func TestRowLockBatchWithoutRecordDeliversNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `ALTER TABLE pgoutbox.lock_claims ADD CONSTRAINT refuse_records CHECK (false) NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "q", Type: "safe", Key: "a"})
+	logs := newLogCapture()
+	var calls atomic.Int64
+	b.startClient(t, pgoutbox.Config{
+		Logger: logs.Logger(),
+		Queues: map[string]pgoutbox.QueueConfig{"q": {RowLockLease: 5 * time.Second}},
+		Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(context.Context, *pgoutbox.Delivery) error {
+			calls.Add(1)
+			return nil
+		}}},
+	})
+	b.waitFor(t, "a failed claim, or a delivery", func() bool {
+		return calls.Load() > 0 || len(logs.matching(func(r slog.Record) bool {
+			return strings.HasPrefix(r.Message, "claim failed") && strings.Contains(attr(r, "err").String(), "refuse_records")
+		})) > 0
+	})
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times although the batch's claim record was refused, want 0", n)
+	}
+	if r := b.row(t, ids[0]); r.State != "available" || r.Attempts != 0 {
+		t.Fatalf("effect after a refused record: %+v, want available with no attempt", r)
+	}
+	if _, err := b.pool.Exec(b.ctx, `ALTER TABLE pgoutbox.lock_claims DROP CONSTRAINT refuse_records`); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the effect completed once records could be written", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'`, ids[0]) == 1
+	})
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
 }
