@@ -42,6 +42,8 @@ type Client struct {
 	// claimMu lets one row-lock claim at a time wait for its second pool
 	// connection (acquireClaimPair).
 	claimMu sync.Mutex
+
+	started time.Time // when Start ran, for the heartbeat row (liveness.go)
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.
@@ -106,6 +108,7 @@ func (c *Client) Start(ctx context.Context) error {
 			c.life.Service(func(ctx context.Context) { c.ext.Run(ctx, c.cfg.LeaseDuration/3) })
 		}
 		c.life.OnStop(c.commit.Close)
+		c.startLiveness()
 		if listenCfg != nil {
 			l := &core.Listener{
 				Config: listenCfg, RetryMax: listenRetryMax, Log: c.log,

@@ -44,6 +44,13 @@ const (
 	PruneIntervalDefault = time.Minute
 	// PruneBatchDefault is the most rows one prune statement deletes.
 	PruneBatchDefault = 1000
+	// HeartbeatIntervalDefault is how often a Client with queues writes its
+	// row in pgoutbox.workers (docs/operations.md "Live workers").
+	HeartbeatIntervalDefault = 10 * time.Second
+	// SampleIntervalDefault is how often a Client with queues writes its
+	// aggregate samples (pgoutbox.samples, read by `readiness broker` and
+	// the console's charts).
+	SampleIntervalDefault = 10 * time.Second
 	// CompletionBatchDefault is the most completions in one group commit.
 	CompletionBatchDefault = 1000
 	// ConcurrencyDefault is a queue's number of concurrent deliveries.
@@ -204,6 +211,20 @@ type Config struct {
 	// PruneBatch is the most rows one prune statement deletes. Default
 	// PruneBatchDefault (1000).
 	PruneBatch int
+	// HeartbeatInterval is how often a Client with queues upserts its row
+	// in pgoutbox.workers (id, host, pid, queues, concurrency, deliveries
+	// in flight): one statement per interval, which also deletes the rows
+	// of workers silent for 3 of their intervals. The row is written at
+	// Start and deleted at Stop. Default HeartbeatIntervalDefault (10 s);
+	// negative disables it (the operator's live-worker list and the
+	// console's "no live worker serves this queue" then miss this process).
+	HeartbeatInterval time.Duration
+	// SampleInterval is how often a Client with queues writes one aggregate
+	// sample per queue it worked (claims, completions, transient failures,
+	// claim latency p99, oldest available age) to pgoutbox.samples, pruned
+	// after 24 h. Default SampleIntervalDefault (10 s); negative disables
+	// it. The CLI reads it from OUTBOX_SAMPLE_INTERVAL.
+	SampleInterval time.Duration
 	// CompletionBatch is the most completions the group committer writes
 	// in one statement. Default CompletionBatchDefault (1000).
 	CompletionBatch int
@@ -260,6 +281,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.KeyRetention, max(KeyRetentionDefault, c.CompletedRetention))
 	def(&c.PruneInterval, PruneIntervalDefault)
 	def(&c.BackoffCap, BackoffCapDefault)
+	def(&c.HeartbeatInterval, HeartbeatIntervalDefault)
+	def(&c.SampleInterval, SampleIntervalDefault)
 	defi(&c.SweepBatch, SweepBatchDefault)
 	defi(&c.PruneBatch, PruneBatchDefault)
 	defi(&c.CompletionBatch, CompletionBatchDefault)

@@ -18,3 +18,7 @@ func Backoff(attempt int, limit time.Duration) time.Duration { return retryBacko
 
 // ExtendLeasesNow runs one pass of the client's lease extender now.
 func (c *Client) ExtendLeasesNow(ctx context.Context) { c.extendLeases(ctx) }
+
+// Heartbeat writes the client's row in pgoutbox.workers now, as its
+// heartbeat does every HeartbeatInterval.
+func (c *Client) Heartbeat(ctx context.Context) error { return c.beat(ctx) }

@@ -56,7 +56,7 @@ func runClient(ctx context.Context, g *globals, eng *engineFlags, e *engine, h p
 	if err != nil {
 		return &ExitError{Code: ExitCouldNotRun, Err: err}
 	}
-	defer startOps(ctx, g, e.pool, e.reg, client.ID())() // gauges on reg; aggregate samples (internal/ops)
+	startOps(g, e.pool, e.reg) // gauges on reg (the client writes its samples and heartbeat)
 	release := func() {}
 	if h.bind != nil {
 		if release, err = h.bind(e); err != nil {

@@ -93,6 +93,7 @@ func (e *engineFlags) config(g *globals, reg prometheus.Registerer) pgoutbox.Con
 		SweepInterval:      e.sweepEvery,
 		BackoffCap:         e.backoffCap,
 		SessionURL:         g.sessionURL,
+		SampleInterval:     envDuration("OUTBOX_SAMPLE_INTERVAL", pgoutbox.SampleIntervalDefault),
 	}
 }
 
