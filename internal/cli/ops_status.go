@@ -2,7 +2,7 @@ package cli
 
 import (
 	"context"
-	"time"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -40,9 +40,8 @@ VACUUM. Ages use the database clock.`,
 
 func printStatus(g *globals, s *ops.Snapshot, byType bool) error {
 	tw := newTable(g.stdout)
-	window := time.Duration(s.LagWindowSeconds * float64(time.Second)).String()
 	header := []any{"QUEUE", "AVAILABLE", "RETRYING", "PARKED", "LEASED", "STALLED", "DEAD LETTER", "RECONCILIATION",
-		"COMPLETED " + window, "OLDEST AVAILABLE", "LAG P50", "LAG P99"}
+		strings.ToUpper(s.CompletedWindow), "OLDEST AVAILABLE", "LAG P50", "LAG P99"}
 	line := func(name string, c ops.Counts) []any {
 		return []any{name, c.Available, c.Retrying, c.Parked, c.Leased, c.StalledLeases, c.DeadLetter, c.ReconciliationRequired,
 			c.CompletedRecent, age(c.OldestAvailableAgeSeconds), lag(c.LagP50Seconds), lag(c.LagP99Seconds)}

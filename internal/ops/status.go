@@ -15,8 +15,8 @@ const (
 	// stalled (OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES, 10).
 	StalledAfterDefault = 10 * time.Minute
 	// LagWindowDefault is the window of completions over which lag
-	// percentiles and recent completions are computed.
-	LagWindowDefault = 5 * time.Minute
+	// percentiles and recent completions are computed: CompletedWindow.
+	LagWindowDefault = CompletedWindow
 )
 
 // Filter narrows an operator command. Empty fields match everything; values
@@ -103,12 +103,15 @@ func (c *Counts) add(r store.StatsRow) {
 // Snapshot is the result of one [Status] run.
 type Snapshot struct {
 	// TakenAt is the database clock when the snapshot was taken.
-	TakenAt              time.Time `json:"taken_at"`
-	Filter               Filter    `json:"filter"`
-	StalledAfterSeconds  float64   `json:"stalled_after_seconds"`
-	LagWindowSeconds     float64   `json:"lag_window_seconds"`
-	OldestXminAgeSeconds float64   `json:"oldest_xmin_age_seconds"`
-	XminHolders          int64     `json:"xmin_holders"`
+	TakenAt             time.Time `json:"taken_at"`
+	Filter              Filter    `json:"filter"`
+	StalledAfterSeconds float64   `json:"stalled_after_seconds"`
+	LagWindowSeconds    float64   `json:"lag_window_seconds"`
+	// CompletedWindow names the lag window, as every view shows it
+	// (WindowLabel): "completed in the last 5 min" by default.
+	CompletedWindow      string  `json:"completed_window"`
+	OldestXminAgeSeconds float64 `json:"oldest_xmin_age_seconds"`
+	XminHolders          int64   `json:"xmin_holders"`
 	// Queues has one entry per queue with effects, by name.
 	Queues []Counts `json:"queues"`
 	// Types has one entry per queue and effect type (the /metrics series).
@@ -153,6 +156,7 @@ func Status(ctx context.Context, db store.DBTX, opts StatusOptions) (*Snapshot, 
 	s := &Snapshot{
 		TakenAt: h.Now, Filter: opts.Filter,
 		StalledAfterSeconds: opts.StalledAfter.Seconds(), LagWindowSeconds: opts.LagWindow.Seconds(),
+		CompletedWindow:      WindowLabel(opts.LagWindow),
 		OldestXminAgeSeconds: h.OldestXminAge, XminHolders: h.Holders,
 		Queues: []Counts{}, Types: []Counts{},
 	}
