@@ -268,11 +268,15 @@ func (c *Client) maintain(ctx context.Context) {
 		return time.NewTicker(d).C
 	}
 	sweep, prune := tick(c.cfg.SweepInterval), tick(c.cfg.PruneInterval)
+	// While the database is down each task logs once, at the outage's
+	// start, and once when it works again (core.Outage).
+	sweeps := core.Outage{Log: c.log, What: "sweep"}
+	prunes := core.Outage{Log: c.log, What: "prune"}
 	if sweep != nil {
 		// A backlog of blocked followers enqueued while no client ran is
 		// parked now, not one sweep interval later.
-		if err := c.park(ctx); err != nil && ctx.Err() == nil {
-			c.log.Error("park failed", "err", err)
+		if err := c.park(ctx); ctx.Err() == nil {
+			sweeps.Report(err)
 		}
 	}
 	for {
@@ -280,12 +284,12 @@ func (c *Client) maintain(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-sweep:
-			if _, err := c.Sweep(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("sweep failed", "err", err)
+			if _, err := c.Sweep(ctx); ctx.Err() == nil {
+				sweeps.Report(err)
 			}
 		case <-prune:
-			if _, err := c.Prune(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("prune failed", "err", err)
+			if _, err := c.Prune(ctx); ctx.Err() == nil {
+				prunes.Report(err)
 			}
 		}
 	}

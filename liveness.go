@@ -2,7 +2,6 @@ package pgoutbox
 
 import (
 	"context"
-	"log/slog"
 	"maps"
 	"os"
 	"runtime/debug"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -41,8 +41,8 @@ func (c *Client) startLiveness() {
 // heartbeatLoop writes the worker's row now and every HeartbeatInterval
 // until ctx ends, then deletes it.
 func (c *Client) heartbeatLoop(ctx context.Context) {
-	out := outage{log: c.log, what: "worker heartbeat"}
-	out.report(c.beat(ctx))
+	out := core.Outage{Log: c.log, What: "worker heartbeat"}
+	out.Report(c.beat(ctx))
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -57,7 +57,7 @@ func (c *Client) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			if ctx.Err() == nil {
-				out.report(c.beat(ctx))
+				out.Report(c.beat(ctx))
 			}
 		}
 	}
@@ -103,29 +103,3 @@ var moduleVersion = sync.OnceValue(func() string {
 	}
 	return ""
 })
-
-// outage logs a periodic database task's failures once per outage: one
-// WARN line when it starts failing, one INFO line when it succeeds again,
-// with how many attempts failed in between; nothing while it keeps failing
-// or keeps succeeding. A background task that retries on its own interval
-// has nothing more to say.
-type outage struct {
-	log    *slog.Logger
-	what   string // "sweep", "worker heartbeat"
-	failed int    // attempts failed since the outage began; 0: none
-	since  time.Time
-}
-
-// report records one attempt's result.
-func (o *outage) report(err error) {
-	switch {
-	case err != nil && o.failed == 0:
-		o.failed, o.since = 1, time.Now()
-		o.log.Warn(o.what+" failed; retrying every interval, logging again when it succeeds", "err", err)
-	case err != nil:
-		o.failed++
-	case o.failed > 0:
-		o.log.Info(o.what+" succeeds again", "failed_attempts", o.failed, "outage", time.Since(o.since).Round(time.Millisecond))
-		o.failed = 0
-	}
-}

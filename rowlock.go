@@ -82,6 +82,7 @@ type lockBatch struct {
 	waiting []store.Claimed // rows that may not run under a row lock, delivered after close
 	closed  chan struct{}   // closed once the close committed or failed
 	leases  map[int64]store.Claimed
+	lost    bool // the close did not commit (set before closed is closed)
 }
 
 // inTx is one in-transaction delivery.
@@ -244,6 +245,10 @@ func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType,
 	// hold: it continues under the durable lease the close gave it.
 	<-b.closed
 	lease, ok := b.leases[cl.ID]
+	if !ok && b.lost {
+		q.lostUnlogged(it.d) // the batch's line said it
+		return
+	}
 	if !ok {
 		q.leaseLost(it.d, "row-lock lease")
 		return
@@ -286,9 +291,12 @@ func (b *lockBatch) close() {
 		b.conn.Release()
 	}
 	if err != nil {
-		q.c.log.Error("row-lock batch did not commit; its effects stay available and will be delivered again",
+		// One line for the batch: its effects' lost leases are the
+		// documented at-least-once path, not one fault each.
+		q.c.log.Warn("row-lock batch did not commit; its effects stay available and will be delivered again",
 			"queue", q.name, "effects", len(done)+len(promote), "err", err)
 		completed, leases = nil, nil
+		b.lost = true
 	}
 	b.leases = make(map[int64]store.Claimed, len(leases))
 	for _, l := range leases {
@@ -310,6 +318,8 @@ func (b *lockBatch) close() {
 		// A batch that did not commit lost its locks, i.e. its leases.
 		if lag, ok := completed[d.ID]; ok {
 			q.report(d, core.Report{Status: core.Completed, Outcome: core.OutcomeSuccess, Lag: lag})
+		} else if b.lost {
+			q.lostUnlogged(d)
 		} else {
 			q.leaseLost(d, "complete")
 		}

@@ -346,7 +346,14 @@ func (q *queueWorker) event(d *Delivery, o Outcome, state string, err error) {
 }
 
 func (q *queueWorker) leaseLost(d *Delivery, op string) {
-	q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeLeaseLost)).Inc()
 	q.c.log.Warn("lease lost; nothing written", "op", op, "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type)
+	q.lostUnlogged(d)
+}
+
+// lostUnlogged counts and announces a lost lease without a log line: the
+// caller logged the event that lost it (a row-lock batch that did not
+// commit logs one line for all its effects).
+func (q *queueWorker) lostUnlogged(d *Delivery) {
+	q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeLeaseLost)).Inc()
 	q.event(d, OutcomeLeaseLost, "", ErrLeaseLost)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pgoutbox/pgoutbox/internal/core"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -172,18 +173,20 @@ func NewSampler(db store.DBTX, stats *StatsCache, src Source, cfg SamplerConfig)
 	return &Sampler{db: db, stats: stats, src: src, cfg: cfg, prev: map[string]QueueCounters{}, at: time.Now()}
 }
 
-// Run samples every interval until ctx ends, then returns nil. Failures
-// are logged and the next interval tries again.
+// Run samples every interval until ctx ends, then returns nil. A failure
+// is logged once per outage (core.Outage) and the next interval tries
+// again.
 func (s *Sampler) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	out := core.Outage{Log: s.cfg.Logger, What: "writing the aggregate samples"}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if _, err := s.Sample(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("writing the aggregate samples failed", "err", err)
+			if _, err := s.Sample(ctx); ctx.Err() == nil {
+				out.Report(err)
 			}
 		}
 	}
