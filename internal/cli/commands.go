@@ -26,6 +26,7 @@ func commands(g *globals) []*cobra.Command {
 		newReadinessCmd(g),
 		newDocsCmd(g),
 		newCompactCmd(g),
+		newEffectCmd(g),
 		// The applications' own commands, and the workers.
 		newProjectorCmd(g),
 		newReconcileCmd(g),
