@@ -43,7 +43,7 @@ type Client struct {
 	// connection (acquireClaimPair).
 	claimMu sync.Mutex
 
-	started time.Time // when Start ran, for the heartbeat row (liveness.go)
+	beat *core.Heartbeat // its pgoutbox.workers row; set by Start when it has queues (liveness.go)
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.

@@ -21,4 +21,4 @@ func (c *Client) ExtendLeasesNow(ctx context.Context) { c.extendLeases(ctx) }
 
 // Heartbeat writes the client's row in pgoutbox.workers now, as its
 // heartbeat does every HeartbeatInterval.
-func (c *Client) Heartbeat(ctx context.Context) error { return c.beat(ctx) }
+func (c *Client) Heartbeat(ctx context.Context) error { return c.beat.Beat(ctx) }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -74,6 +75,11 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// DisableListen turns LISTEN/NOTIFY off (polling only).
 	DisableListen bool
+	// HeartbeatInterval is how often the relay upserts its row in
+	// pgoutbox.workers (the live workers: its queues, Concurrency each),
+	// like a Client with queues; deleted at Stop. Default
+	// pgoutbox.HeartbeatIntervalDefault (10 s); negative disables it.
+	HeartbeatInterval time.Duration
 	// Logger default discards.
 	Logger *slog.Logger
 	// Registerer receives the relay's metrics; nil registers none.
@@ -137,6 +143,9 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = pgoutbox.HeartbeatIntervalDefault
+	}
 	switch {
 	case cfg.Batch < 0 || cfg.Concurrency < 0:
 		return nil, errors.New("nats: RelayConfig.Batch and RelayConfig.Concurrency must be positive")
@@ -187,6 +196,16 @@ func (r *Relay) Start(ctx context.Context) error {
 			return err
 		}
 		r.stream = st
+		if r.cfg.HeartbeatInterval > 0 {
+			queues := slices.Sorted(slices.Values(r.cfg.Queues))
+			conc := make([]int32, len(queues))
+			for i := range conc {
+				conc[i] = int32(r.cfg.Concurrency)
+			}
+			hb := &core.Heartbeat{DB: r.pool, ID: r.cfg.ID, Interval: r.cfg.HeartbeatInterval, Log: r.log, Started: time.Now(),
+				Queues: func() ([]string, []int32, int) { return queues, conc, 0 }}
+			r.life.Service(hb.Run)
+		}
 		for _, q := range r.cfg.Queues {
 			for range r.cfg.Concurrency {
 				r.life.Go(func(ctx context.Context) { r.loop(ctx, q) })
