@@ -1493,6 +1493,27 @@ CREATE TABLE pgoutbox.work_grants (
     CONSTRAINT work_grants_queue_check CHECK (((octet_length(queue) >= 1) AND (octet_length(queue) <= 128)))
 );
 
+CREATE TABLE pgoutbox.workers (
+    id text NOT NULL,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    version text DEFAULT ''::text NOT NULL,
+    queues text[] NOT NULL,
+    concurrency integer[] NOT NULL,
+    in_flight integer DEFAULT 0 NOT NULL,
+    heartbeat_interval_s double precision NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT workers_check CHECK ((cardinality(queues) = cardinality(concurrency))),
+    CONSTRAINT workers_heartbeat_interval_s_check CHECK ((heartbeat_interval_s > (0)::double precision)),
+    CONSTRAINT workers_host_check CHECK ((length(host) <= 256)),
+    CONSTRAINT workers_id_check CHECK (((length(id) >= 1) AND (length(id) <= 256))),
+    CONSTRAINT workers_in_flight_check CHECK ((in_flight >= 0)),
+    CONSTRAINT workers_version_check CHECK ((length(version) <= 128))
+);
+
+COMMENT ON TABLE pgoutbox.workers IS 'One row per running worker process (Client with queues), upserted every heartbeat; stale after 3 missed heartbeats, then pruned.';
+
 ALTER TABLE ONLY pgoutbox.console_audit
     ADD CONSTRAINT console_audit_pkey PRIMARY KEY (id);
 
@@ -1534,6 +1555,9 @@ ALTER TABLE ONLY pgoutbox.samples
 
 ALTER TABLE ONLY pgoutbox.work_grants
     ADD CONSTRAINT work_grants_pkey PRIMARY KEY (grantee, queue);
+
+ALTER TABLE ONLY pgoutbox.workers
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
 CREATE INDEX effect_keys_created_idx ON pgoutbox.effect_keys USING btree (created_at);
 
