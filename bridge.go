@@ -6,8 +6,9 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/core"
 )
 
-// The engine of a broker consumer (adapters/nats) is internal/core's, as the
-// Client's is; this gives it the root's job building and classification.
+// internal/core's tests deliver through the root's job building and
+// classification; everything outside the root delivers through the public
+// API instead (Lease.Deliver).
 func init() {
 	core.Provide(core.Bridge[EffectType, Delivery]{
 		Job: jobOf,

@@ -103,17 +103,15 @@ func (a *App) Queues() map[string]pgoutbox.QueueConfig {
 //	GET  /api/records?q=      full-text search (or ?after= paging)
 //	POST /api/import          JSON array, NDJSON or CSV
 //	GET  /api/cron/outbox     one bounded projection cycle (bearer CRON_SECRET)
-//	GET  /workers             the workers page (?format=json); an operator
-//	                          route (httpx.HandleOperator): behind
-//	                          PGOUTBOX_OPERATOR_TOKEN, or on
-//	                          PGOUTBOX_OPERATOR_ADDR only, when set
+//
+// The operator's page of the projection, /workers, is the console's
+// (internal/console), fed by Status and NextDrain.
 func (a *App) Routes(m httpx.Mux) {
 	m.Handle("POST /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postRecord)))
 	m.Handle("GET /api/records/{id}", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.getRecord)))
 	m.Handle("GET /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.searchRecords)))
 	m.Handle("POST /api/import", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postImport)))
 	m.Handle("GET /api/cron/outbox", a.requireCronSecret(http.HandlerFunc(a.cron)))
-	httpx.HandleOperator(m, "GET /workers", http.HandlerFunc(a.workers))
 }
 
 // requireCronSecret checks "Authorization: Bearer $CRON_SECRET" (SHA-256

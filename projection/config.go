@@ -96,9 +96,6 @@ type Config struct {
 	// and the worker pool size of the queue when served
 	// (OUTBOX_PROJECTION_CONCURRENCY); default ConcurrencyDefault (8).
 	Concurrency int
-	// InProcessWorkers says that `serve` runs the outbox_events workers
-	// (shown on /workers); set by the server wiring.
-	InProcessWorkers bool
 	// Logger receives logs; default discards them.
 	Logger *slog.Logger
 }

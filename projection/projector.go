@@ -9,14 +9,11 @@ import (
 	"os"
 	"sync"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/adapters/solr"
 	"github.com/pgoutbox/pgoutbox/adapters/sparql"
-	"github.com/pgoutbox/pgoutbox/internal/core"
-	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // ErrNoTarget is returned by RunBatch and Drain when no target is enabled:
@@ -172,40 +169,35 @@ func (a *App) RunBatch(ctx context.Context, limit int) (Summary, error) {
 	if len(leases) == 0 {
 		return s, nil
 	}
-	root := core.Root[pgoutbox.EffectType, pgoutbox.Delivery]()
-	// The engine's deliverer: the handler under a panic guard and its
-	// timeout, then the fenced completion or failure.
-	dl := core.Deliverer{Pool: a.pool, Route: root.Route(a.cfg.BackoffCap), Transient: root.Transient}
 	typ := a.EffectTypes()[0]
+	opts := pgoutbox.DeliverOptions{Timeout: a.cfg.Lease * 3 / 4, BackoffCap: a.cfg.BackoffCap}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
-	timeout := a.cfg.Lease * 3 / 4
 	for _, l := range leases {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			tok, _ := uuid.Parse(l.LeaseToken)
-			j := root.Job(typ, &l.Delivery, timeout)
-			j.Fence = store.Fence{ID: l.ID, Token: tok, Type: l.Type}
-			r := dl.Run(ctx, j)
+			// The engine's delivery: the handler under a panic guard and
+			// its timeout, then the fenced completion or failure.
+			r, err := l.Deliver(ctx, a.pool, typ, opts)
 			mu.Lock()
 			defer mu.Unlock()
 			if r.Err != nil {
 				s.noteError(r.Err.Error())
 			}
 			switch {
-			case r.Status == core.LeaseLost:
+			case errors.Is(err, pgoutbox.ErrLeaseLost):
 				s.LeaseLost++
-			case r.Status == core.WriteFailed || r.Status == core.Unrecorded:
-				s.noteError(r.WriteErr.Error())
+			case err != nil:
+				s.noteError(err.Error())
 				a.cfg.Logger.Error("recording a projection outcome failed; the lease will expire and be recovered",
-					"effect_id", l.ID, "err", r.WriteErr)
-			case r.Status == core.Completed:
+					"effect_id", l.ID, "err", err)
+			case r.State == pgoutbox.StateCompleted:
 				s.Projected++
-			case r.State == string(pgoutbox.StateDeadLetter):
+			case r.State == pgoutbox.StateDeadLetter:
 				s.DeadLettered++
 			default:
 				s.Retried++
@@ -243,6 +235,6 @@ func (a *App) Drain(ctx context.Context, batch, maxBatches int, progress func(th
 // Remaining counts the queue's effects still to deliver (available and
 // leased) and, of those, the ones claimable now.
 func (a *App) Remaining(ctx context.Context) (total, ready int64, err error) {
-	b, err := store.QueueBacklog(ctx, a.pool, Queue)
+	b, err := pgoutbox.QueueBacklog(ctx, a.pool, Queue)
 	return b.Available + b.Leased, b.Ready, err
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // Queue is the engine queue of the projection's effects.
@@ -249,7 +248,7 @@ func writeBatch(ctx context.Context, tx pgx.Tx, rows []parsed, maxAttempts int) 
 		// (a record reverted to content it had before: the effect for that
 		// content was already delivered or is in flight, so a follow-up
 		// effect is needed).
-		done, err := store.KeysPastAvailable(ctx, tx, Queue, keys)
+		done, err := pgoutbox.KeysPastAvailable(ctx, tx, Queue, keys)
 		if err != nil {
 			return nil, fmt.Errorf("look up effects: %w", err)
 		}

@@ -15,9 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/core"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
-	"github.com/pgoutbox/pgoutbox/internal/store"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/internal/lifecycle"
 )
 
 // Defaults of ConsumerConfig.
@@ -96,10 +95,9 @@ type Consumer struct {
 
 	queues []*consumerQueue
 
-	life   *core.Lifecycle // start, stop with grace, stop twice
-	leases core.Leases     // in-flight leases, for the extender
-	ext    core.Extender   // extends leases and sends in-progress acks
-	commit *core.Committer // group-commits completions; set by Start
+	life   *lifecycle.Lifecycle  // start, stop with grace, stop twice
+	keeper *pgoutbox.LeaseKeeper // extends in-flight leases and sends in-progress acks
+	commit *pgoutbox.Completer   // group-commits completions; set by Start
 }
 
 type consumerQueue struct {
@@ -158,9 +156,9 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 			Name: "pgoutbox_jetstream_deliveries_total",
 			Help: "Deliveries of relayed effects by queue, effect type and outcome.",
 		}, []string{"queue", "effect_type", "outcome"}),
-		life: core.NewLifecycle("nats: consumer"),
+		life:   lifecycle.New("nats: consumer"),
+		keeper: pgoutbox.NewLeaseKeeper(pool, cfg.Retry.LeaseDuration, cfg.Logger),
 	}
-	c.ext = core.Extender{DB: pool, Leases: &c.leases, Lease: cfg.Retry.LeaseDuration, LostCause: pgoutbox.ErrLeaseLost, Log: c.log}
 	for _, t := range cfg.Types {
 		if t.Name == "" || (t.Handler == nil) == (t.TxHandler == nil) {
 			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q]: set a name and exactly one of Handler and TxHandler", t.Name)
@@ -237,8 +235,8 @@ func (c *Consumer) Start(ctx context.Context) error {
 				return fmt.Errorf("nats: consumer %s-%s: %w", c.cfg.Durable, q.name, err)
 			}
 		}
-		c.commit = core.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
-		c.life.Service(func(ctx context.Context) { c.ext.Run(ctx, min(c.cfg.Retry.LeaseDuration, c.cfg.AckWait)/3) })
+		c.commit = pgoutbox.NewCompleter(c.pool, c.cfg.CompletionBatch)
+		c.life.Service(func(ctx context.Context) { c.keeper.Run(ctx, min(c.cfg.Retry.LeaseDuration, c.cfg.AckWait)/3) })
 		c.life.OnStop(c.commit.Close)
 		for _, q := range c.queues {
 			c.life.Go(q.run)
@@ -450,88 +448,78 @@ func (q *consumerQueue) process(ctx context.Context, msgs []jetstream.Msg) {
 
 func (q *consumerQueue) start(l *handoff.Lease, m jetstream.Msg) {
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
-	fence := l.Fence
-	q.c.leases.Put(&core.Held{Fence: fence, Cancel: cancel, Kept: func() { _ = m.InProgress() }})
+	q.c.keeper.Hold(l, cancel, func() { _ = m.InProgress() })
 	q.c.life.AddDelivery()
 	go func() {
 		defer func() {
-			q.c.leases.Delete(fence)
+			q.c.keeper.Drop(l)
 			cancel(nil)
 			q.releaseN(1)
 			q.c.life.DeliveryDone()
 		}()
-		q.deliver(ctx, l, fence, m)
+		q.deliver(ctx, l, m)
 	}()
 }
 
-// deliver runs one delivery with the registered handler through the
-// engine's deliverer (a retry is handed back to JetStream), then settles the
-// message.
-func (q *consumerQueue) deliver(ctx context.Context, l *handoff.Lease, fence store.Fence, m jetstream.Msg) {
+// deliver runs one delivery with the registered handler, as a Client does
+// (pgoutbox.Lease.Deliver; a retry is handed back to JetStream), then
+// settles the message.
+func (q *consumerQueue) deliver(ctx context.Context, l *handoff.Lease, m jetstream.Msg) {
 	c := q.c
 	t := c.types[l.Type] // unregistered: retried, like a worker
-	timeout := q.cfg.DeliveryTimeout
-	if t.Timeout > 0 {
-		timeout = t.Timeout
-	}
-	root := core.Root[pgoutbox.EffectType, pgoutbox.Delivery]()
-	j := root.Job(t, &l.Delivery, timeout)
-	j.Fence = fence
 	var nakDelay time.Duration
-	j.Retry = func(ctx context.Context, r core.Route, herr error, stopping bool) (handled, found bool, err error) {
-		if r.Kind != store.FailRetry || l.Attempt >= l.MaxAttempts || q.lastDelivery(m) {
-			// Dead letter, reconciliation, or (on the message's last
-			// JetStream delivery) a retry scheduled in PostgreSQL: the
-			// relay publishes the effect again when it is due.
-			return false, false, nil
-		}
-		nakDelay = r.Delay
-		if stopping {
-			nakDelay = 0
-		}
-		err = l.HandBack(ctx, c.pool, c.hzn, herr)
-		if errors.Is(err, pgoutbox.ErrLeaseLost) {
-			return true, false, nil
-		}
-		return true, true, err
+	opts := pgoutbox.DeliverOptions{
+		Timeout: q.cfg.DeliveryTimeout, BackoffCap: c.cfg.Retry.BackoffCap, Completer: c.commit, Stopping: errStopped,
+		HandBack: func(ctx context.Context, f pgoutbox.Failure) (bool, error) {
+			if !f.Retry || l.Attempt >= l.MaxAttempts || q.lastDelivery(m) {
+				// Dead letter, reconciliation, or (on the message's last
+				// JetStream delivery) a retry scheduled in PostgreSQL: the
+				// relay publishes the effect again when it is due.
+				return false, nil
+			}
+			nakDelay = f.Delay
+			if f.Stopping {
+				nakDelay = 0
+			}
+			return true, handoff.HandBack(ctx, c.pool, l, c.hzn, f.Err)
+		},
 	}
-	d := core.Deliverer{
-		Pool: c.pool, Commit: c.commit.Complete, Route: root.Route(c.cfg.Retry.BackoffCap),
-		Transient: root.Transient, Shutdown: errStopped,
-	}
-	r := d.Run(ctx, j)
+	r, err := l.Deliver(ctx, c.pool, t, opts)
 	logFields := []any{"effect_id", l.ID, "queue", l.Queue, "effect_type", l.Type, "attempt", l.Attempt}
-	switch r.Status {
-	case core.Completed:
-		_ = m.Ack()
-	case core.LeaseLost:
-		c.log.Warn("lease lost; nothing written", append(logFields, "op", r.Op)...)
-	case core.Unrecorded:
-		c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
-		q.unrecorded(m, j.ReplaySafe)
-	case core.WriteFailed:
-		switch r.Op {
+	var rec *pgoutbox.RecordError
+	outcome := string(r.Outcome)
+	switch {
+	case errors.Is(err, pgoutbox.ErrLeaseLost):
+		outcome = string(pgoutbox.OutcomeLeaseLost)
+		c.log.Warn("lease lost; nothing written", append(logFields, "err", err)...)
+	case errors.As(err, &rec):
+		switch rec.Op {
+		case "commit":
+			c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", rec.Err)...)
+			q.unrecorded(m, r.ReplaySafe)
 		case "complete":
-			c.log.Error("complete failed; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
-			q.unrecorded(m, j.ReplaySafe)
+			c.log.Error("complete failed; the lease will expire and the effect be recovered", append(logFields, "err", rec.Err)...)
+			q.unrecorded(m, r.ReplaySafe)
 		case "reconcile":
-			c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", r.Err, "reconcile_err", r.WriteErr)...)
+			c.log.Error("delivered but not recorded; the lease will expire and the effect be recovered", append(logFields, "err", r.Err, "reconcile_err", rec.Err)...)
 			q.unrecorded(m, false)
 		case "hand back":
-			c.log.Error("recording a retry failed; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
+			c.log.Error("recording a retry failed; the lease will expire and the effect be recovered", append(logFields, "err", rec.Err)...)
 		default:
-			c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered", append(logFields, "err", r.WriteErr)...)
+			c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered", append(logFields, "err", rec.Err)...)
 		}
-	case core.Failed:
-		if r.HandedBack {
-			_ = m.NakWithDelay(nakDelay)
-			c.log.Warn("delivery failed; JetStream redelivers", append(logFields, "outcome", r.Outcome, "retry_in", nakDelay, "err", r.Err)...)
-			break
-		}
-		_ = m.TermWithReason(r.State)
+	case err != nil:
+		c.log.Error("delivery failed", append(logFields, "err", err)...)
+	case r.State == pgoutbox.StateCompleted:
+		_ = m.Ack()
+	case r.HandedBack:
+		_ = m.NakWithDelay(nakDelay)
+		c.log.Warn("delivery failed; JetStream redelivers", append(logFields, "outcome", r.Outcome, "retry_in", nakDelay, "err", r.Err)...)
+	default:
+		_ = m.TermWithReason(string(r.State))
 		c.log.Warn("delivery failed", append(logFields, "outcome", r.Outcome, "state", r.State, "err", r.Err)...)
 	}
-	c.m.WithLabelValues(l.Queue, l.Type, r.Outcome).Inc()
+	c.m.WithLabelValues(l.Queue, l.Type, outcome).Inc()
 }
 
 // unrecorded settles the message of a delivery whose outcome could not be
@@ -549,4 +537,4 @@ func (q *consumerQueue) unrecorded(m jetstream.Msg, replaySafe bool) {
 // ExtendLeases extends every in-flight lease now and sends JetStream an
 // in-progress ack for its message (the extender does this periodically); a
 // delivery whose lease was lost is cancelled with cause pgoutbox.ErrLeaseLost.
-func (c *Consumer) ExtendLeases(ctx context.Context) { c.ext.ExtendNow(ctx) }
+func (c *Consumer) ExtendLeases(ctx context.Context) { c.keeper.ExtendNow(ctx) }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	pgnats "github.com/pgoutbox/pgoutbox/adapters/nats"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
 )
 
 // calls counts handler calls by idempotency key.

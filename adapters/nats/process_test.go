@@ -23,7 +23,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	pgnats "github.com/pgoutbox/pgoutbox/adapters/nats"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
 )
 
 // The test binary doubles as a relay or consumer process: with childEnv

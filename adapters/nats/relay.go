@@ -18,11 +18,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/core"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/internal/lifecycle"
 )
 
 // Defaults of RelayConfig.
+// HandoffOwner is the lease_owner of an effect the relay handed to JetStream
+// (or a consumer handed back for a retry): it waits in the stream for a
+// consumer to take it over (docs/scale-out.md). `pgoutbox status` counts it
+// as leased.
+const HandoffOwner = handoff.Owner
+
 const (
 	// RelayBatchDefault is the most effects one relay claim takes and
 	// publishes before handing them over together.
@@ -105,7 +111,7 @@ type Relay struct {
 	log     *slog.Logger
 	m       relayMetrics
 
-	life *core.Lifecycle // start, stop with grace, stop twice
+	life *lifecycle.Lifecycle // start, stop with grace, stop twice
 	wake map[string]chan struct{}
 }
 
@@ -155,7 +161,7 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, cfg RelayConfig) (*Rel
 	cfg.Stream = cfg.Stream.withDefaults()
 	cfg.Retry = cfg.Retry.withDefaults()
 	r := &Relay{pool: pool, js: js, cfg: cfg, horizon: cfg.Retry.Horizon(), log: cfg.Logger, wake: map[string]chan struct{}{},
-		life: core.NewLifecycle("nats: relay")}
+		life: lifecycle.New("nats: relay")}
 	for _, q := range cfg.Queues {
 		if err := checkToken(q); err != nil {
 			return nil, fmt.Errorf("nats: RelayConfig.Queues: %q: %w", q, err)
@@ -214,16 +220,16 @@ func (r *Relay) Start(ctx context.Context) error {
 		if !r.cfg.DisableListen {
 			cfg := r.pool.Config().ConnConfig.Copy()
 			cfg.RuntimeParams["application_name"] = "pgoutbox-relay-listener"
-			l := &core.Listener{
+			l := &pgoutbox.EnqueueListener{
 				Config: cfg, RetryMax: 5 * time.Second, Log: r.log,
 				Wake: func(queue string) {
 					if ch, ok := r.wake[queue]; ok {
-						core.Signal(ch)
+						signal(ch)
 					}
 				},
 				WakeAll: func() {
 					for _, ch := range r.wake {
-						core.Signal(ch)
+						signal(ch)
 					}
 				},
 			}
@@ -411,4 +417,12 @@ func (r *Relay) publishFailed(ctx context.Context, l *handoff.Lease, err error) 
 		r.log.Error("releasing a failed relay", "effect_id", l.ID, "err", rerr)
 	}
 	r.log.Warn("relay publish failed; released", "effect_id", l.ID, "queue", l.Queue, "err", err)
+}
+
+// signal sends on ch without blocking: a wake-up already pending is enough.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	pgnats "github.com/pgoutbox/pgoutbox/adapters/nats"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
 )
 
 func TestRelay100kEffects(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
 )
 
 // Defaults of Stream and RetryPolicy.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/httpx"
+	"github.com/pgoutbox/pgoutbox/projection"
 )
 
 // application is one of the systems serve and work run on the engine: its
@@ -23,6 +24,9 @@ type application struct {
 	// queues the engine must work for it, and the types it registers.
 	queues map[string]pgoutbox.QueueConfig
 	types  []pgoutbox.EffectType
+	// projection, when set, is the record projection, whose state the
+	// workers page (/workers, internal/console) shows.
+	projection *projection.App
 	// run, when set, is a background component started with serve/work and
 	// stopped by cancelling ctx; it returns when stopped.
 	run func(ctx context.Context) error

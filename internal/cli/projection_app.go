@@ -29,7 +29,6 @@ func projectionFromEnv(d appDeps) projection.Config {
 // registers no queue and claims nothing.
 func projectionApp(_ context.Context, d appDeps) (*application, string, error) {
 	cfg := projectionFromEnv(d)
-	cfg.InProcessWorkers = true
 	app, err := projection.New(d.pool, cfg)
 	if err != nil {
 		return nil, "", err
@@ -39,9 +38,10 @@ func projectionApp(_ context.Context, d appDeps) (*application, string, error) {
 			"solr", cfg.Disabled[projection.TargetSolr], "graphdb", cfg.Disabled[projection.TargetGraphDB])
 	}
 	return &application{
-		name:   "record projection",
-		routes: app.Routes,
-		queues: app.Queues(),
-		types:  app.EffectTypes(),
+		name:       "record projection",
+		routes:     app.Routes,
+		projection: app,
+		queues:     app.Queues(),
+		types:      app.EffectTypes(),
 	}, "", nil
 }

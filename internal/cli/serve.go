@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -143,7 +144,7 @@ func runServe(ctx context.Context, g *globals, eng *engineFlags, addr, operatorA
 					app.routes(srv)
 				}
 			}
-			if err := mountConsole(srv, e.pool, e.log); err != nil {
+			if err := mountConsole(srv, e); err != nil {
 				return nil, &ExitError{Code: ExitCouldNotRun, Err: err}
 			}
 			var err error
@@ -187,11 +188,12 @@ func operatorOptions(operatorAddr string) server.Options {
 }
 
 // mountConsole serves the operator console (internal/console) under
-// /console/, placed like the operator routes. PGOUTBOX_OPERATOR_TOKEN is
-// its sign-in token (unset: read-only). Reconciliation records are resolved
-// through the control plane, checked against GitHub when the GitHub App
-// settings are present.
-func mountConsole(srv *server.Server, pool *pgxpool.Pool, log *slog.Logger) error {
+// /console/ and its workers page at /workers, placed like the operator
+// routes. PGOUTBOX_OPERATOR_TOKEN is its sign-in token (unset: read-only).
+// Reconciliation records are resolved through the control plane, checked
+// against GitHub when the GitHub App settings are present.
+func mountConsole(srv *server.Server, e *engine) error {
+	pool, log := e.pool, e.log
 	// A bad control-plane or GitHub setting costs the console its
 	// reconciliation actions (the page says so), never the server.
 	var gh controlplane.GitHub
@@ -213,6 +215,13 @@ func mountConsole(srv *server.Server, pool *pgxpool.Pool, log *slog.Logger) erro
 		return err
 	}
 	srv.HandleOperatorSelfAuth(console.Prefix, c.Handler())
+	wc := console.WorkersConfig{Served: slices.Sorted(maps.Keys(e.cfg.Queues))}
+	for _, app := range e.apps {
+		if app.projection != nil {
+			wc.Projection = app.projection
+		}
+	}
+	srv.HandleOperatorSelfAuth("GET "+console.WorkersPath, c.Workers(wc))
 	return nil
 }
 

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/adapters/nats"
 	fakesolr "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
 	"github.com/pgoutbox/pgoutbox/internal/cli"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/projection"
 )
@@ -110,7 +110,7 @@ func TestWorkRelaysToNATS(t *testing.T) {
 	}()
 	handedOver := func() int64 {
 		var n int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, handoff.Owner).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE lease_owner = $1`, nats.HandoffOwner).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

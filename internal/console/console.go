@@ -301,7 +301,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	c.sessions[s.digest] = s
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: id, Path: Prefix, MaxAge: int(c.cfg.SessionTTL.Seconds()),
+		Name: CookieName, Value: id, Path: CookiePath, MaxAge: int(c.cfg.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	c.cfg.Logger.Info("console sign-in", "operator", label, "session", s.digest[:12])
@@ -312,7 +312,7 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *session) {
 	c.mu.Lock()
 	delete(c.sessions, s.digest)
 	c.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, MaxAge: -1,
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: CookiePath, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/console/signin", http.StatusSeeOther)
 }

@@ -246,9 +246,9 @@ func TestSignIn(t *testing.T) {
 			t.Fatalf("sign-in: %d, cookies %v", a.code, a.resp.Cookies())
 		}
 		ck := a.resp.Cookies()[0]
-		if ck.Name != console.CookieName || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/console/" ||
+		if ck.Name != console.CookieName || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != console.CookiePath ||
 			ck.Secure != tlsServer || len(ck.Value) != 64 {
-			t.Fatalf("tls %v: cookie %+v: want HttpOnly, SameSite=Strict, Path=/console/, Secure=%v, a 256-bit id",
+			t.Fatalf("tls %v: cookie %+v: want HttpOnly, SameSite=Strict, Path=/ (CookiePath), Secure=%v, a 256-bit id",
 				tlsServer, ck, tlsServer)
 		}
 		if a := do(t, c, "GET", e.srv.URL+"/console/effects", nil); a.code != 200 || !strings.Contains(a.body, `id="operator">alice<`) {

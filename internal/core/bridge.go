@@ -3,9 +3,10 @@ package core
 import "time"
 
 // Bridge is what the root package (which owns EffectType and Delivery, and
-// classifies handler errors) gives the packages built on it, so that a
-// broker consumer delivers exactly as a Client does without the root
-// exporting its engine. T is pgoutbox.EffectType, D pgoutbox.Delivery.
+// classifies handler errors) gives this package's tests, so that they
+// deliver exactly as a Client does. Everything outside the root delivers
+// through its public API (Lease.Deliver). T is pgoutbox.EffectType, D
+// pgoutbox.Delivery.
 type Bridge[T, D any] struct {
 	// Job is the job that delivers d with t (the zero T: an unregistered
 	// type, retried) within timeout; the caller sets its Fence.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/core"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -227,18 +226,18 @@ func TestRelayedDeliveryMirrorsTheWorker(t *testing.T) {
 
 	// The relayed path.
 	rids := enqueue(t, ctx, pool, effects("r")...)
-	ls, err := handoff.ClaimRelay(ctx, pool, "r", "relay-1", 100, time.Minute)
+	ls, err := pgoutbox.ClaimRelayLeases(ctx, pool, "r", "relay-1", 100, time.Minute)
 	if err != nil || len(ls) != len(rids) {
 		t.Fatalf("relay claim: %v (%d)", err, len(ls))
 	}
-	msgs := make([]handoff.Message, len(ls))
+	msgs := make([]pgoutbox.BrokerMessage, len(ls))
 	for i, l := range ls {
-		msgs[i] = handoff.Message{ID: l.ID, Type: l.Type, Key: l.Key, RelayToken: l.LeaseToken}
+		msgs[i] = pgoutbox.BrokerMessage{ID: l.ID, Type: l.Type, Key: l.Key, RelayToken: l.LeaseToken}
 	}
-	if _, err := handoff.HandOver(ctx, pool, ls, time.Hour); err != nil {
+	if _, err := pgoutbox.HandOver(ctx, pool, ls, "pgoutbox:handoff", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	taken, err := handoff.TakeOver(ctx, pool, msgs, "consumer-1", time.Minute)
+	taken, err := pgoutbox.TakeOver(ctx, pool, msgs, "pgoutbox:handoff", "consumer-1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,17 +245,19 @@ func TestRelayedDeliveryMirrorsTheWorker(t *testing.T) {
 	for _, ty := range types {
 		byName[ty.Name] = ty
 	}
-	root := core.Root[pgoutbox.EffectType, pgoutbox.Delivery]()
-	d := deliverer(pool)
+	// Delivered through the public API (Lease.Deliver), as adapters/nats
+	// delivers.
 	relayOutcome := map[string]string{}
 	for _, tr := range taken {
-		if tr.Action != handoff.Taken {
+		if tr.Action != pgoutbox.TakeOverTaken {
 			t.Fatalf("take over: %+v", tr)
 		}
 		l := tr.Lease
-		j := root.Job(byName[l.Type], &l.Delivery, 10*time.Second)
-		j.Fence = l.Fence
-		relayOutcome[l.Key] = d.Run(ctx, j).Outcome
+		r, err := l.Deliver(ctx, pool, byName[l.Type], pgoutbox.DeliverOptions{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("deliver %s: %v", l.Key, err)
+		}
+		relayOutcome[l.Key] = string(r.Outcome)
 	}
 
 	w, r := outcomes(t, ctx, pool, "w"), outcomes(t, ctx, pool, "r")

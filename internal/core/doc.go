@@ -1,8 +1,12 @@
-// Package core is the delivery engine shared by everything that delivers
-// effects: the root package's Client, adapters/nats's consumer and relay, and
-// the projection's projector. It holds, once each:
+// Package core is the delivery engine of the root package: its Client, and
+// the public API through which everything else that delivers effects
+// (adapters/nats's consumer and relay, the projection's projector) reaches
+// the same engine (Lease.Deliver, Completer, LeaseKeeper, EnqueueListener);
+// nothing outside the root imports it (TestApplicationsUseThePublicAPI). It
+// holds, once each:
 //
-//   - Lifecycle: start, stop with a grace period, stop twice safely;
+//   - Lifecycle: start, stop with a grace period, stop twice safely (an
+//     alias of internal/lifecycle's, shared with the adapters);
 //   - Committer: the group committer of fenced completions;
 //   - Leases and Extender: the registry of in-flight leases and the
 //     batched lease extender that cancels deliveries whose lease was lost;

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -186,6 +187,10 @@ func Start(ctx context.Context, o Options) (*Demo, error) {
 		d.closeEmulators()
 		return nil, err
 	}
+	// The workers page says what this process serves: its Client works
+	// every queue of cfg, the projection's included (issue 30).
+	d.srv.HandleOperatorSelfAuth("GET "+console.WorkersPath, con.Workers(console.WorkersConfig{
+		Served: slices.Sorted(maps.Keys(cfg.Queues)), Projection: d.proj.app}))
 	if d.client, err = pgoutbox.NewClient(o.Pool, cfg); err != nil {
 		d.closeEmulators()
 		return nil, err

@@ -29,6 +29,7 @@ const (
 // to the Solr emulator through a burst of 503s, with one poisoned record.
 type projectionStory struct {
 	d     *Demo
+	app   *projection.App
 	solr  *fakesolr.Server
 	token string
 }
@@ -52,6 +53,7 @@ func newProjectionStory(d *Demo, cfg *pgoutbox.Config) (*projectionStory, error)
 		return nil, err
 	}
 	app.Routes(d.srv)
+	p.app = app
 	for q, qc := range app.Queues() {
 		cfg.Queues[q] = qc
 	}

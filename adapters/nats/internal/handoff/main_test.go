@@ -10,9 +10,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
-	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -68,33 +67,12 @@ func expire(t *testing.T, b *bundle, ids ...int64) {
 	}
 }
 
-// The fenced writes a consumer makes through internal/core (the group
-// committer's completion, the deliverer's start record, the extender), run
-// here on one lease; a write that matches no row is ErrLeaseLost.
+// The fenced writes a consumer makes (the completion, the start record of
+// a non-replay-safe delivery, the lease extension), run here on one lease;
+// a write that matches no row is ErrLeaseLost.
 
-func complete(b *bundle, l *handoff.Lease) error {
-	done, err := store.Complete(b.ctx, b.pool, []store.Fence{l.Fence})
-	if err != nil {
-		return err
-	}
-	if _, ok := done[l.Fence]; !ok {
-		return pgoutbox.ErrLeaseLost
-	}
-	return nil
-}
+func complete(b *bundle, l *handoff.Lease) error { return l.Complete(b.ctx, b.pool) }
 
-func markStarted(b *bundle, l *handoff.Lease) error {
-	ok, err := store.MarkStarted(b.ctx, b.pool, l.Fence)
-	if err == nil && !ok {
-		err = pgoutbox.ErrLeaseLost
-	}
-	return err
-}
+func markStarted(b *bundle, l *handoff.Lease) error { return l.MarkStarted(b.ctx, b.pool) }
 
-func extend(b *bundle, l *handoff.Lease, d time.Duration) error {
-	kept, err := store.Extend(b.ctx, b.pool, []store.Fence{l.Fence}, d)
-	if err == nil && !kept[l.Fence] {
-		err = pgoutbox.ErrLeaseLost
-	}
-	return err
-}
+func extend(b *bundle, l *handoff.Lease, d time.Duration) error { return l.Extend(b.ctx, b.pool, d) }

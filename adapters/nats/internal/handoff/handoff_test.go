@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/handoff"
+	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
 )
 
 // relayOne claims the single available effect of queue "q" for a relay.
@@ -193,14 +193,14 @@ func TestHandBackReleaseAndAvailableTakeOver(t *testing.T) {
 	if err := markStarted(b, res.Lease); err != nil {
 		t.Fatal(err)
 	}
-	if err := res.Lease.HandBack(b.ctx, b.pool, time.Hour, pgoutbox.Retry(errors.New("503"))); err != nil {
+	if err := handoff.HandBack(b.ctx, b.pool, res.Lease, time.Hour, pgoutbox.Retry(errors.New("503"))); err != nil {
 		t.Fatal(err)
 	}
 	r := b.row(t, ids[0])
 	if r.State != "leased" || r.Started != nil || r.LastError == nil || owner(t, b, ids[0]) != handoff.Owner {
 		t.Fatalf("after hand-back: %+v", r)
 	}
-	if err := res.Lease.HandBack(b.ctx, b.pool, time.Hour, nil); !errors.Is(err, pgoutbox.ErrLeaseLost) {
+	if err := handoff.HandBack(b.ctx, b.pool, res.Lease, time.Hour, nil); !errors.Is(err, pgoutbox.ErrLeaseLost) {
 		t.Fatalf("second hand-back with a dead token: %v", err)
 	}
 	next := takeOne(t, b, messageOf(l), "c2")
