@@ -146,6 +146,20 @@
 // lease, which counts it (docs/design.md, "Lease modes"). docs/benchmarks.md
 // measures both modes.
 //
+// # Delivering outside a Client
+//
+// A program that claims effects itself (ClaimLeases, or a broker
+// consumer's TakeOver) delivers each Lease with Lease.Deliver: the same
+// handler call, classification, fencing and routing as a Client. A
+// Completer group-commits the completions, a LeaseKeeper extends the leases
+// while their deliveries run, and an EnqueueListener wakes the claim loop.
+// A broker relay claims effects with ClaimRelayLeases (no attempt counted)
+// and records the broker's acceptance with HandOver; its consumers take
+// each message's effect over with TakeOver and hand a retry back with
+// Lease.HandBack (docs/scale-out.md). The applications and adapters of this
+// module (projection, controlplane, adapters/nats) are built on this public
+// API alone; QueueBacklog and KeysPastAvailable are the projection's reads.
+//
 // Workers wake on LISTEN/NOTIFY (at most one notification per queue per 10
 // ms, decided when the producer commits) with a polling fallback and a
 // catch-up claim after every reconnect.

@@ -30,8 +30,10 @@ const (
 	StateReconciliationRequired State = "reconciliation_required"
 )
 
-// Lease is an effect claimed through the manual API (ClaimLeases), for
-// callers that deliver outside a Client (the projection's projector, tests). Every
+// Lease is an effect claimed through the manual API (ClaimLeases, or
+// ClaimRelayLeases and TakeOver for a broker), for callers that deliver
+// outside a Client (the projection's projector, adapters/nats): deliver it
+// with Deliver, or record its outcome with Complete or Fail. Every
 // method is fenced by the effect id, the lease token and the effect type; a
 // lease that was recovered returns ErrLeaseLost and changes nothing.
 type Lease struct {
