@@ -105,7 +105,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		Use:   "serve",
 		Short: "Run the HTTP server and the workers (graceful shutdown on SIGINT/SIGTERM)",
 		Long: `serve runs the applications' HTTP routes and workers, the probes (/-/healthy,
-/-/ready) and the operator routes (/metrics, the projection's /workers and
+/-/ready) and the operator routes (/metrics, the workers page /workers and
 the operator console under /console/, docs/console.md).
 
 The operator routes show queue names, record ids and error text. By default
@@ -115,8 +115,8 @@ to a private address: they are then served only there, with the probes, and
 --addr answers 404 for them. PGOUTBOX_OPERATOR_TOKEN, when set, makes them
 require "Authorization: Bearer <token>" wherever they are served (401
 otherwise); the token is never printed or logged. The console signs operators
-in with that token instead (a session cookie); without it the console is
-read-only.`,
+in with that token instead (a session cookie, which /workers accepts too);
+without it the console is read-only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd.Context(), g, &eng, addr, operatorAddr)

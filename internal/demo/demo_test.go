@@ -3,14 +3,17 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/pgoutbox/pgoutbox/internal/console"
 	"github.com/pgoutbox/pgoutbox/internal/demo"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -31,6 +34,7 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 	started := time.Now()
 	s, err := d.Story(ctx)
 	metrics := scrape(t, d.URL()+"/metrics")
+	workers := scrape(t, d.URL()+"/workers?format=json")
 	if cerr := d.Close(ctx); cerr != nil {
 		t.Errorf("close: %v", cerr)
 	}
@@ -71,6 +75,15 @@ func TestStoryEndsInTheIntendedStates(t *testing.T) {
 		if !strings.Contains(metrics, line) {
 			t.Errorf("/metrics lacks %q", line)
 		}
+	}
+	// /workers says the demo's own workers drain the projection (issue 30:
+	// it said "workers in this server: no" and "never" while they did).
+	var rep console.WorkersReport
+	if err := json.Unmarshal([]byte(workers), &rep); err != nil {
+		t.Fatalf("/workers: %v\n%s", err, workers)
+	}
+	if p := rep.Projection; p == nil || !p.InProcessWorkers || p.NextDrain.At == nil || !slices.Contains(rep.Served, "outbox_events") {
+		t.Errorf("/workers does not say this process drains the projection: %s", workers)
 	}
 	var table bytes.Buffer
 	if err := s.Print(&table, false); err != nil || !strings.Contains(table.String(), "reconcile inspect") {

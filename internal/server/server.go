@@ -7,14 +7,15 @@
 //
 // # Operator routes
 //
-// /metrics and the routes applications mount with HandleOperator (the
-// projection's /workers) show queue names, record ids and error text: they
+// /metrics and the routes mounted with HandleOperator show queue names,
+// record ids and error text: they
 // are for operators, not for the public that reaches the webhook. Options
 // keep them apart: OperatorToken requires "Authorization: Bearer <token>"
 // on them, and SeparateOperator serves them only from OperatorHandler (a
 // listener of their own, e.g. on a private interface), never from Handler.
 // HandleOperatorSelfAuth places a route the same way without the bearer
-// check, for the operator console, which signs browsers in itself.
+// check, for the operator console and its /workers page, which sign
+// browsers in themselves (and check the bearer token of scripts).
 package server
 
 import (
