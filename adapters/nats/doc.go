@@ -71,6 +71,15 @@
 // the effect again when it is due. Long deliveries are kept alive with
 // InProgress acks while their lease is extended.
 //
+// # Built on the public API
+//
+// The relay and the consumer use the root package's public API only: the
+// hand-off calls (pgoutbox.ClaimRelayLeases, HandOver, TakeOver,
+// Lease.HandBack, Lease.Release, Lease.DeadLetter) and the delivery of a
+// claimed lease (pgoutbox.Lease.Deliver with a Completer, a LeaseKeeper and
+// DeliverOptions.HandBack), the engine a Client delivers with. An adapter
+// for another broker can be built on the same calls.
+//
 // # The duplicate window
 //
 // Relay and consumer refuse to start when the stream's duplicate window is
