@@ -32,10 +32,6 @@ const CookiePath = "/"
 // WorkersRefresh is how often the workers page refreshes itself.
 const WorkersRefresh = 5 * time.Second
 
-// WorkersWindow is the window of the workers page's completions,
-// throughput and lag.
-const WorkersWindow = 60 * time.Second
-
 // workersAttentionLimit is how many dead letters, reconciliation records
 // and blocked keys the workers page lists.
 const workersAttentionLimit = 50
@@ -55,11 +51,14 @@ type WorkersConfig struct {
 type WorkersReport struct {
 	GeneratedAt time.Time     `json:"generated_at"`
 	Queues      []QueueReport `json:"queues"`
-	// WindowSeconds is the window of the completed counts, throughput and
-	// lag (WorkersWindow).
-	WindowSeconds float64 `json:"window_seconds"`
+	// CompletedWindow names the window of the completed counts, throughput
+	// and lag: ops.CompletedWindow, as `pgoutbox status` and the overview.
+	CompletedWindow string `json:"completed_window"`
 	// Served lists the queues whose workers run in this process.
 	Served []string `json:"served"`
+	// LiveWorkers are the live worker processes, from their heartbeats
+	// (ops.LiveWorkers): this one and any other.
+	LiveWorkers []ops.Worker `json:"live_workers"`
 	// Projection is the record projection's state; absent when this
 	// process does not run it.
 	Projection *ProjectionState `json:"projection,omitempty"`
@@ -80,25 +79,29 @@ type QueueReport struct {
 	Queue string `json:"queue"`
 	// Served is true when this process's workers serve the queue.
 	Served bool `json:"served"`
+	// LiveWorkers counts the live worker processes (this one included)
+	// that serve the queue.
+	LiveWorkers int `json:"live_workers"`
 	// States counts effects by state (every state is present). "completed"
 	// counts only the effects completed within the window, like `pgoutbox
 	// status`: a refresh never reads the retained history. A queue appears
-	// when it has live, attention or recently completed effects, when
-	// this process serves it, or when a worker persisted a sample of it
-	// within the last hour (an idle queue stays listed).
+	// when it has live, attention or recently completed effects, when a
+	// live worker (this process or another) serves it, or when a worker
+	// persisted a sample of it within the last hour: an idle queue stays
+	// listed.
 	States map[string]int64 `json:"states"`
 	// Retrying counts available effects with attempts > 0 (old name "retry").
 	Retrying int64 `json:"retrying"`
 	// OldestAvailableAgeSeconds is how long the oldest claimable effect has
 	// waited.
 	OldestAvailableAgeSeconds float64 `json:"oldest_available_age_seconds"`
-	// CompletedLastMinute and ThroughputPerSecond measure the window.
-	CompletedLastMinute int64   `json:"completed_last_minute"`
+	// CompletedInWindow and ThroughputPerSecond measure the window
+	// (ops.CompletedInWindow).
+	CompletedInWindow   int64   `json:"completed_in_window"`
 	ThroughputPerSecond float64 `json:"throughput_per_second"`
-	// LagP50Seconds and LagP99Seconds are the creation → completion time
-	// of the window's completions (absent when there were none).
-	LagP50Seconds *float64 `json:"lag_p50_seconds,omitempty"`
-	LagP99Seconds *float64 `json:"lag_p99_seconds,omitempty"`
+	// MeanLagSeconds is the mean creation → completion time of the
+	// window's completions.
+	MeanLagSeconds float64 `json:"mean_lag_seconds"`
 }
 
 // ProjectionState is the record projection's status.
@@ -109,6 +112,9 @@ type ProjectionState struct {
 	// InProcessWorkers is true when this process's workers serve the
 	// projection's queue (and a target is on).
 	InProcessWorkers bool `json:"in_process_workers"`
+	// LiveWorkers counts the live worker processes, anywhere, that serve
+	// the projection's queue.
+	LiveWorkers int `json:"live_workers"`
 	// NextDrain is when the backlog is next worked, and by what.
 	NextDrain projection.NextDrain `json:"next_drain"`
 }
@@ -141,13 +147,20 @@ type AttentionItem struct {
 // WorkersReport builds the workers page's content.
 func (c *Console) WorkersReport(ctx context.Context, wc WorkersConfig) (WorkersReport, error) {
 	now := time.Now().UTC()
-	rep := WorkersReport{GeneratedAt: now, WindowSeconds: WorkersWindow.Seconds(), Served: slices.Sorted(slices.Values(wc.Served)),
+	rep := WorkersReport{GeneratedAt: now, CompletedWindow: ops.CompletedWindowLabel, Served: slices.Sorted(slices.Values(wc.Served)),
 		StateNames: projection.OldStateNames, RefreshSeconds: int(WorkersRefresh / time.Second)}
 	if rep.Served == nil {
 		rep.Served = []string{}
 	}
-	st, err := ops.Status(ctx, c.cfg.Pool, ops.StatusOptions{LagWindow: WorkersWindow})
+	st, err := ops.Status(ctx, c.cfg.Pool, ops.StatusOptions{})
 	if err != nil {
+		return rep, err
+	}
+	done, err := ops.CompletedInWindow(ctx, c.cfg.Pool)
+	if err != nil {
+		return rep, err
+	}
+	if rep.LiveWorkers, err = ops.LiveWorkers(ctx, c.cfg.Pool); err != nil {
 		return rep, err
 	}
 	queues := map[string]*QueueReport{}
@@ -164,6 +177,11 @@ func (c *Console) WorkersReport(ctx context.Context, wc WorkersConfig) (WorkersR
 	}
 	for _, name := range wc.Served {
 		get(name)
+	}
+	for _, w := range rep.LiveWorkers {
+		for _, wq := range w.Queues {
+			get(wq.Queue).LiveWorkers++
+		}
 	}
 	if wc.Projection != nil {
 		get(projection.Queue)
@@ -182,9 +200,10 @@ func (c *Console) WorkersReport(ctx context.Context, wc WorkersConfig) (WorkersR
 		q.States["available"], q.States["leased"], q.States["completed"] = s.Available, s.Leased, s.CompletedRecent
 		q.States["dead_letter"], q.States["reconciliation_required"] = s.DeadLetter, s.ReconciliationRequired
 		q.Retrying, q.OldestAvailableAgeSeconds = s.Retrying, s.OldestAvailableAgeSeconds
-		q.CompletedLastMinute = s.CompletedRecent
-		q.ThroughputPerSecond = float64(s.CompletedRecent) / WorkersWindow.Seconds()
-		q.LagP50Seconds, q.LagP99Seconds = s.LagP50Seconds, s.LagP99Seconds
+	}
+	for _, d := range done {
+		q := get(d.Queue)
+		q.CompletedInWindow, q.ThroughputPerSecond, q.MeanLagSeconds = d.Completed, d.PerSecond, d.MeanLagSeconds
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range queues {
@@ -221,13 +240,17 @@ func (c *Console) WorkersReport(ctx context.Context, wc WorkersConfig) (WorkersR
 		if err != nil {
 			return rep, err
 		}
-		p := &ProjectionState{Status: ps, InProcessWorkers: app.Enabled() && slices.Contains(wc.Served, projection.Queue)}
+		p := &ProjectionState{Status: ps, InProcessWorkers: app.Enabled() && slices.Contains(wc.Served, projection.Queue),
+			LiveWorkers: queues[projection.Queue].LiveWorkers}
 		if p.LagSeconds, err = store.OldestPendingAge(ctx, c.cfg.Pool, projection.Queue); err != nil {
 			return rep, err
 		}
 		by := ""
-		if p.InProcessWorkers {
+		switch {
+		case p.InProcessWorkers:
 			by = "the workers of this server"
+		case p.LiveWorkers > 0:
+			by = fmt.Sprintf("%d live worker process(es) elsewhere", p.LiveWorkers)
 		}
 		p.NextDrain = app.NextDrain(now, by)
 		rep.Projection = p
@@ -241,12 +264,6 @@ var workersHTML string
 var workersTmpl = template.Must(template.New("workers").Funcs(template.FuncMap{
 	"age": func(s float64) string {
 		return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
-	},
-	"agep": func(s *float64) string {
-		if s == nil {
-			return "–"
-		}
-		return (time.Duration(*s * float64(time.Second))).Round(time.Second).String()
 	},
 	"ts":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	"rate": func(f float64) string { return fmt.Sprintf("%.2f/s", f) },

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,8 +144,7 @@ func TestWorkersPage(t *testing.T) {
 		       ('history', 't', 'new', 'completed', now() - interval '2 seconds', now())`)
 	rep := w.report(t)
 	history := queueOf(rep, "history")
-	if history == nil || history.States["completed"] != 1 || history.CompletedLastMinute != 1 ||
-		history.LagP50Seconds == nil || *history.LagP50Seconds < 1 {
+	if history == nil || history.States["completed"] != 1 || history.CompletedInWindow != 1 || history.MeanLagSeconds < 1 {
 		t.Fatalf("completed within the window: %+v", history)
 	}
 	q := queueOf(rep, projection.Queue)
@@ -213,6 +213,32 @@ func TestWorkersPageServedQueues(t *testing.T) {
 	_, page, _ := w.get(t, "/workers", "")
 	if !strings.Contains(page, `<td id="in-process">yes</td>`) || strings.Contains(page, `never</span>`) {
 		t.Fatalf("the page does not say the workers run here:\n%s", page)
+	}
+}
+
+// TestWorkersPageLiveWorkersElsewhere: a worker process serving the
+// projection's queue elsewhere (its heartbeat, ops.LiveWorkers) drains it:
+// the page counts it and the next drain is now, not "never", though this
+// process serves nothing.
+func TestWorkersPageLiveWorkersElsewhere(t *testing.T) {
+	t.Parallel()
+	w := newWorkersEnv(t, "", projection.Config{Solr: solrConfig()})
+	c, err := pgoutbox.NewClient(w.pool, pgoutbox.Config{ID: "elsewhere-1", Queues: map[string]pgoutbox.QueueConfig{projection.Queue: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.WithoutCancel(w.ctx)) })
+	rep := w.report(t)
+	q := queueOf(rep, projection.Queue)
+	if q == nil || q.LiveWorkers != 1 || q.Served || len(rep.LiveWorkers) != 1 || rep.LiveWorkers[0].ID != "elsewhere-1" {
+		t.Fatalf("queue %+v, live workers %+v", q, rep.LiveWorkers)
+	}
+	p := rep.Projection
+	if p == nil || p.InProcessWorkers || p.LiveWorkers != 1 || p.NextDrain.At == nil || !strings.Contains(p.NextDrain.By, "1 live worker") {
+		t.Fatalf("projection: %+v", p)
 	}
 }
 
