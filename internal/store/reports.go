@@ -1,8 +1,10 @@
 package store
 
 // The read-only statements of the applications and tools built on the
-// engine: the projection's key look-up, backlog and /workers report, the
-// demo's run summary, and `pgoutbox bench`'s measurements and clean-up.
+// engine: the projection's key look-up and backlog (through the root's
+// KeysPastAvailable and QueueBacklog), the /workers report
+// (internal/console), the demo's run summary, and `pgoutbox bench`'s
+// measurements and clean-up.
 // They live here so that every statement against pgoutbox.effects and
 // pgoutbox.effect_keys has one home (docs/design.md, "The house's map").
 
