@@ -208,7 +208,7 @@ func (r *Relay) Start(ctx context.Context) error {
 			for i := range conc {
 				conc[i] = int32(r.cfg.Concurrency)
 			}
-			hb := &core.Heartbeat{DB: r.pool, ID: r.cfg.ID, Interval: r.cfg.HeartbeatInterval, Log: r.log, Started: time.Now(),
+			hb := &pgoutbox.WorkerHeartbeat{Pool: r.pool, ID: r.cfg.ID, Interval: r.cfg.HeartbeatInterval, Log: r.log, Started: time.Now(),
 				Queues: func() ([]string, []int32, int) { return queues, conc, 0 }}
 			r.life.Service(hb.Run)
 		}
