@@ -1465,6 +1465,18 @@ CREATE TABLE pgoutbox.ordering_types (
 
 COMMENT ON TABLE pgoutbox.ordering_types IS 'Before migration 00018: the ordering choice per effect type for every queue. Read only as the fallback of pgoutbox.ordering_choices; written only by Clients of earlier versions.';
 
+CREATE TABLE pgoutbox.queue_pauses (
+    queue text NOT NULL,
+    paused_by text NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    CONSTRAINT queue_pauses_paused_by_check CHECK ((length(paused_by) <= 200)),
+    CONSTRAINT queue_pauses_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128))),
+    CONSTRAINT queue_pauses_reason_check CHECK ((length(reason) <= 500))
+);
+
+COMMENT ON TABLE pgoutbox.queue_pauses IS 'Paused queues: no claim takes their effects while a row exists (docs/console.md).';
+
 CREATE TABLE pgoutbox.samples (
     sampled_at timestamp with time zone DEFAULT now() NOT NULL,
     queue text NOT NULL,
@@ -1549,6 +1561,9 @@ ALTER TABLE ONLY pgoutbox.ordering_stripes
 
 ALTER TABLE ONLY pgoutbox.ordering_types
     ADD CONSTRAINT ordering_types_pkey PRIMARY KEY (effect_type);
+
+ALTER TABLE ONLY pgoutbox.queue_pauses
+    ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
 
 ALTER TABLE ONLY pgoutbox.samples
     ADD CONSTRAINT samples_pkey PRIMARY KEY (sampled_at, queue, worker);

@@ -22,6 +22,7 @@ func commands(g *globals) []*cobra.Command {
 		newDLQCmd(g),
 		newRequeueStaleCmd(g),
 		newBlockedKeysCmd(g),
+		newQueueCmd(g),
 		newAlertCmd(g),
 		newReadinessCmd(g),
 		newDocsCmd(g),

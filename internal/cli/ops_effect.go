@@ -15,9 +15,9 @@ import (
 func newEffectCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "effect",
-		Short: "Show one effect",
+		Short: "Show one effect's history, or cancel effects",
 	}
-	cmd.AddCommand(newEffectHistoryCmd(g))
+	cmd.AddCommand(newEffectHistoryCmd(g), newEffectCancelCmd(g))
 	return cmd
 }
 

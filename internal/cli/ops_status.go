@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -74,6 +76,14 @@ func printStatus(g *globals, s *ops.Snapshot, byType bool) error {
 		if err != nil {
 			return err
 		}
+	}
+	for _, p := range s.Paused {
+		reason := ""
+		if p.Reason != "" {
+			reason = ": " + p.Reason
+		}
+		fmt.Fprintf(g.stdout, "PAUSED %s since %s by %s%s (pgoutbox queue resume %s)\n", p.Queue,
+			p.At.UTC().Format(time.RFC3339), p.By, reason, p.Queue)
 	}
 	_, err := g.stdout.Write([]byte("oldest transaction holding back VACUUM: " + age(s.OldestXminAgeSeconds) + "\n"))
 	return err

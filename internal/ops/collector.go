@@ -25,7 +25,7 @@ type Collector struct {
 	cache *StatsCache
 	log   *slog.Logger
 
-	effects, retrying, parked, oldest, stalled, xmin, refreshed *prometheus.Desc
+	effects, retrying, parked, oldest, stalled, xmin, refreshed, paused *prometheus.Desc
 	errors                                                      prometheus.Counter
 }
 
@@ -48,6 +48,9 @@ func NewCollector(cache *StatsCache, log *slog.Logger) *Collector {
 			"Age of the oldest due available effect (database clock); 0 when none waits.", qt, nil),
 		stalled: prometheus.NewDesc("pgoutbox_stalled_leases",
 			"Leases held longer than the stalled age (OUTBOX_STALLED_PROCESSING_MAX_AGE_MINUTES).", qt, nil),
+		paused: prometheus.NewDesc("pgoutbox_queue_paused",
+			"1 while the queue is paused (pgoutbox queue pause, or the console): no claim takes its effects; 0 for the other queues with effects.",
+			[]string{"queue"}, nil),
 		xmin: prometheus.NewDesc("pgoutbox_oldest_xmin_age_seconds",
 			"Age of the oldest transaction of this database holding back the xmin horizon (VACUUM).", nil, nil),
 		refreshed: prometheus.NewDesc("pgoutbox_stats_refreshed_timestamp_seconds",
@@ -61,7 +64,7 @@ func NewCollector(cache *StatsCache, log *slog.Logger) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.effects, c.retrying, c.parked, c.oldest, c.stalled, c.xmin, c.refreshed} {
+	for _, d := range []*prometheus.Desc{c.effects, c.retrying, c.parked, c.oldest, c.stalled, c.xmin, c.refreshed, c.paused} {
 		ch <- d
 	}
 	c.errors.Describe(ch)
@@ -86,6 +89,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, t.OldestAvailableAgeSeconds, t.Queue, t.Type)
 			ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(t.StalledLeases), t.Queue, t.Type)
 		}
+		for _, q := range pausedGauge(snap) {
+			ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, q.v, q.queue)
+		}
 		ch <- prometheus.MustNewConstMetric(c.xmin, prometheus.GaugeValue, snap.OldestXminAgeSeconds)
 		ch <- prometheus.MustNewConstMetric(c.refreshed, prometheus.GaugeValue, float64(snap.TakenAt.UnixNano())/1e9)
 	}
@@ -104,4 +110,24 @@ func (c Counts) count(state string) int64 {
 		return c.ReconciliationRequired
 	}
 	return 0
+}
+
+type queueValue struct {
+	queue string
+	v     float64
+}
+
+// pausedGauge is pgoutbox_queue_paused: 1 for each paused queue, 0 for
+// each other queue with effects.
+func pausedGauge(snap *Snapshot) []queueValue {
+	var out []queueValue
+	for _, p := range snap.Paused {
+		out = append(out, queueValue{p.Queue, 1})
+	}
+	for _, q := range snap.Queues {
+		if snap.PausedQueue(q.Queue) == nil {
+			out = append(out, queueValue{q.Queue, 0})
+		}
+	}
+	return out
 }

@@ -116,6 +116,19 @@ type Snapshot struct {
 	Queues []Counts `json:"queues"`
 	// Types has one entry per queue and effect type (the /metrics series).
 	Types []Counts `json:"types"`
+	// Paused lists the paused queues (migration 00023), by name, whether
+	// they have effects or not; no claim takes their effects.
+	Paused []QueuePause `json:"paused"`
+}
+
+// PausedQueue returns the pause of queue, or nil.
+func (s *Snapshot) PausedQueue(queue string) *QueuePause {
+	for i := range s.Paused {
+		if s.Paused[i].Queue == queue {
+			return &s.Paused[i]
+		}
+	}
+	return nil
 }
 
 // Total sums the queues: counts add up, ages take the maximum. Its lag
@@ -158,7 +171,16 @@ func Status(ctx context.Context, db store.DBTX, opts StatusOptions) (*Snapshot, 
 		StalledAfterSeconds: opts.StalledAfter.Seconds(), LagWindowSeconds: opts.LagWindow.Seconds(),
 		CompletedWindow:      WindowLabel(opts.LagWindow),
 		OldestXminAgeSeconds: h.OldestXminAge, XminHolders: h.Holders,
-		Queues: []Counts{}, Types: []Counts{},
+		Queues: []Counts{}, Types: []Counts{}, Paused: []QueuePause{},
+	}
+	paused, err := PausedQueues(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("ops: status: %w", err)
+	}
+	for _, p := range paused {
+		if opts.Filter.Queue == "" || p.Queue == opts.Filter.Queue {
+			s.Paused = append(s.Paused, p)
+		}
 	}
 	// Rows come ordered by queue, its total rows first, then by type.
 	for _, r := range rows {

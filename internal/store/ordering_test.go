@@ -14,10 +14,12 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
-// preOrderingClaimSQL is the claim as it was before migration 00013.
+// preOrderingClaimSQL is the claim as it was before migration 00013, with
+// the pause check of migration 00023 (one probe per statement, not per row).
 const preOrderingClaimSQL = `WITH next AS (SELECT id
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
+      AND ` + notPausedSQL + `
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED)` + leaseSQL

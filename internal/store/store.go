@@ -289,12 +289,14 @@ type Claimed struct {
 //
 // An effect with an ordering key is claimable only at the head of its key
 // (headOfLineSQL) and while no later effect of its key is leased
-// (notOvertakenSQL). The checks are a filter on the rows the claim index
+// (notOvertakenSQL), and only while the queue is not paused (notPausedSQL).
+// The ordering checks are a filter on the rows the claim index
 // yields, evaluated only for rows whose ordering_key is set: a queue
 // without ordered effects keeps the plan it had before migration 00013.
 const claimableSQL = `
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
+      AND ` + notPausedSQL + `
       AND (e.ordering_key IS NULL OR (` + headOfLineSQL + ` AND ` + notOvertakenSQL + `))
     ORDER BY available_at, id
     LIMIT $2
