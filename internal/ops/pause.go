@@ -225,12 +225,12 @@ func cancelSkipped(ctx context.Context, tx pgx.Tx, ids []int64, moved map[int64]
 // CancelRefusal says why c cannot be cancelled now ("" when it can).
 func CancelRefusal(c store.CancelCandidate) string {
 	switch {
-	case c.DeliveryStarted && c.State != "completed":
-		return "its delivery started, so its request may have been sent: never cancelled (resolve it with pgoutbox reconcile once it is a reconciliation record)"
 	case c.State == "leased":
 		return "in delivery (leased): wait for its outcome"
 	case c.State == "reconciliation_required":
 		return "a reconciliation record: resolve or supersede it (pgoutbox reconcile), never cancel it"
+	case c.DeliveryStarted && c.State != "completed":
+		return "its delivery started, so its request may have been sent: never cancelled"
 	case c.State == "completed" && c.AlreadyCancelled:
 		return "already cancelled"
 	case c.State == "completed":
