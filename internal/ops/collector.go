@@ -26,7 +26,7 @@ type Collector struct {
 	log   *slog.Logger
 
 	effects, retrying, parked, oldest, stalled, xmin, refreshed, paused *prometheus.Desc
-	errors                                                      prometheus.Counter
+	errors                                                              prometheus.Counter
 }
 
 // NewCollector returns a collector over cache; log may be nil.
