@@ -157,7 +157,12 @@ func (c *Console) routes() {
 	read("/console/dead-letters", c.deadLettersPage)
 	read("/console/reconciliation", c.reconciliationPage)
 	read("/console/audit", c.auditPage)
+	read("/console/blocked-keys", c.blockedKeysPage)
+	read("/console/workers", c.workersPage)
 	act("/console/replay", c.replay)
+	act("/console/cancel", c.cancel)
+	act("/console/queues/pause", c.pauseQueue)
+	act("/console/queues/resume", c.resumeQueue)
 	act("/console/reconcile/{id}/resolve", c.resolve)
 	act("/console/reconcile/{id}/supersede", c.supersede)
 }

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -35,7 +37,33 @@ type queueChart struct {
 // overviewData is the data of the overview page.
 type overviewData struct {
 	Status *ops.Snapshot
-	Charts []queueChart
+	// Rows are the queues with effects, and the paused queues without.
+	Rows []queueRow
+	// Window names the completions' window, as `status` does
+	// ("completed 5m0s"): the snapshot's lag window.
+	Window  string
+	Workers int // live worker processes
+	Charts  []queueChart
+}
+
+// queueRow is one queue of the overview: its counts and what an operator
+// must know before reading them.
+type queueRow struct {
+	ops.Counts
+	// Pause is set while the queue is paused.
+	Pause *ops.QueuePause
+	// Unserved: the queue holds available or leased effects and no live
+	// worker works it.
+	Unserved bool
+	// Served counts the live workers that work the queue.
+	Served int
+	// BlockedKeys counts the ordering keys whose later effects wait for
+	// their head; Stuck those whose head waits for an operator.
+	BlockedKeys, Stuck int
+	// Scheduled counts the effects not yet due (never attempted), NextDue
+	// the first due time among them.
+	Scheduled int64
+	NextDue   *time.Time
 }
 
 // overviewPage shows each queue's counts (the numbers of /workers and
@@ -52,8 +80,83 @@ func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "overview", "Queues", overviewData{Status: st, Charts: charts(samples)})
+	d, err := c.queueRows(r.Context(), st)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d.Charts = charts(samples)
+	c.render(w, r, http.StatusOK, "overview", "Queues", d)
 }
+
+// queueRows joins the snapshot with the pauses, the live workers, the
+// blocked keys and the scheduled effects, by queue.
+func (c *Console) queueRows(ctx context.Context, st *ops.Snapshot) (overviewData, error) {
+	d := overviewData{Status: st, Window: (time.Duration(st.LagWindowSeconds * float64(time.Second))).String()}
+	workers, err := ops.LiveWorkers(ctx, c.cfg.Pool)
+	if err != nil {
+		return d, err
+	}
+	unserved, err := ops.UnservedQueues(ctx, c.cfg.Pool)
+	if err != nil {
+		return d, err
+	}
+	blocked, err := ops.BlockedKeys(ctx, c.cfg.Pool, ops.BlockedOptions{Limit: BlockedKeysCounted})
+	if err != nil {
+		return d, err
+	}
+	extras, err := store.QueueExtras(ctx, c.cfg.Pool)
+	if err != nil {
+		return d, err
+	}
+	d.Workers = len(workers)
+	rows := map[string]*queueRow{}
+	row := func(q string) *queueRow {
+		if rows[q] == nil {
+			rows[q] = &queueRow{Counts: ops.Counts{Queue: q}}
+		}
+		return rows[q]
+	}
+	for _, q := range st.Queues {
+		row(q.Queue).Counts = q
+	}
+	for i := range st.Paused {
+		row(st.Paused[i].Queue).Pause = &st.Paused[i]
+	}
+	for _, u := range unserved {
+		if rows[u.Queue] != nil {
+			rows[u.Queue].Unserved = true
+		}
+	}
+	for _, w := range workers {
+		for _, q := range w.Queues {
+			if rows[q.Queue] != nil {
+				rows[q.Queue].Served++
+			}
+		}
+	}
+	for _, k := range blocked.Keys {
+		if rows[k.Queue] != nil {
+			rows[k.Queue].BlockedKeys++
+			if k.Stuck {
+				rows[k.Queue].Stuck++
+			}
+		}
+	}
+	for _, x := range extras {
+		if rows[x.Queue] != nil {
+			rows[x.Queue].Scheduled, rows[x.Queue].NextDue = x.Scheduled, x.NextDue
+		}
+	}
+	for _, q := range slices.Sorted(maps.Keys(rows)) {
+		d.Rows = append(d.Rows, *rows[q])
+	}
+	return d, nil
+}
+
+// BlockedKeysCounted caps the blocked keys the overview counts per load
+// (the blocked-keys page lists up to PageSizeMax).
+const BlockedKeysCounted = 1000
 
 // charts buckets samples by queue and minute: throughput sums the
 // completions of every worker over the minute, backlog takes the largest

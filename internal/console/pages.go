@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -53,6 +54,14 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return "-"
 	},
 	"subject": func(b []byte) string { return ops.ParseSubject(b).String() },
+	"status":  rowStatus,
+	"ago":     ago,
+	"sub": func(a int64, bs ...int64) int64 {
+		for _, b := range bs {
+			a -= b
+		}
+		return max(a, 0)
+	},
 	"redact":  RedactError,
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
@@ -240,6 +249,15 @@ type detailData struct {
 	// TimelineCut: more than AttemptsShown attempts are recorded; only the
 	// newest are shown.
 	TimelineCut bool
+	// Head is the effect that holds this one back (its ordering key's
+	// blocking head), nil when none.
+	Head *store.KeyHead
+	// Cancellable: available or dead letter, delivery never started.
+	Cancellable bool
+	// Cancel is the recorded cancellation, nil when not cancelled.
+	Cancel *cancellation
+	// Status is the state in words (scheduled, retrying, waiting).
+	Status status
 }
 
 // AttemptsShown is how many recorded attempts an effect's page shows (the
@@ -264,7 +282,11 @@ func timeline(e store.EffectDetail, attempts []store.Attempt) []event {
 		x := event{At: a.At, Worker: a.Worker, Detail: RedactError(a.Error), Class: "err"}
 		switch a.Outcome {
 		case "replayed":
-			x.What, x.Class = fmt.Sprintf("replayed by an operator after %d attempt(s): attempts start again", a.Attempt), ""
+			by := "an operator"
+			if a.Worker != "" {
+				by, x.Worker = a.Worker, ""
+			}
+			x.What, x.Class = fmt.Sprintf("replayed by %s after %d attempt(s): attempts start again", by, a.Attempt), ""
 		case "retrying":
 			x.What = fmt.Sprintf("attempt %d failed → retrying", a.Attempt)
 		default:
@@ -283,7 +305,15 @@ func timeline(e store.EffectDetail, attempts []store.Attempt) []event {
 	}
 	add(e.LeasedAt, fmt.Sprintf("claimed (attempt %d, the latest claim)", e.Attempts), owner)
 	add(e.DeliveryStartedAt, "delivery started", "")
-	add(e.CompletedAt, "completed", "")
+	if c := cancelOf(e.Resolution); c != nil {
+		what := "cancelled by " + c.By + " (never delivered)"
+		if c.Reason != "" {
+			what += ": " + c.Reason
+		}
+		add(e.CompletedAt, what, "")
+	} else {
+		add(e.CompletedAt, "completed", "")
+	}
 	add(e.DeadLetteredAt, "dead-lettered", "")
 	add(e.ReconciliationAt, "reconciliation required", "")
 	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
@@ -327,6 +357,20 @@ func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
 		attempts, d.TimelineCut = attempts[1:], true
 	}
 	d.Timeline = timeline(e, attempts)
+	d.Cancel = cancelOf(e.Resolution)
+	d.Cancellable = (e.State == "available" || e.State == "dead_letter") && e.DeliveryStartedAt == nil
+	if e.OrderingKey != nil && e.State == "available" {
+		h, found, err := store.HeadOf(r.Context(), c.cfg.Pool, id)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if found {
+			d.Head = &h
+		}
+	}
+	d.Status = rowStatus(store.EffectRow{State: e.State, Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, DueAt: e.AvailableAt,
+		Waiting: d.Head != nil, Cancelled: d.Cancel != nil})
 	if e.Resolution != nil {
 		d.Resolution = RedactPayload(e.Resolution)
 	}
@@ -486,6 +530,13 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s *session) {
 					outcome += fmt.Sprintf(" (%d: %s)", sk.ID, sk.State)
 				}
 			}
+			ids := make([]int64, len(res.Replayed))
+			for i, m := range res.Replayed {
+				ids[i] = m.ID
+			}
+			if err := store.NameReplays(ctx, tx, ids, op); err != nil {
+				return err
+			}
 			return store.InsertAudit(ctx, tx, store.AuditEntry{Operator: op, Session: sess, Action: "replay",
 				Target: short(target, 1000), Changed: len(res.Replayed), Outcome: short(outcome, 2000)})
 		}})
@@ -591,4 +642,69 @@ func (c *Console) supersede(w http.ResponseWriter, r *http.Request, s *session) 
 		Text: fmt.Sprintf("Superseded %d: release run %d attempt %d (number %d) dispatched.", id, st.ReleaseRunID,
 			st.ExecutionAttemptID, st.AttemptNumber),
 		Back: fmt.Sprintf("/console/effects/%d", id)})
+}
+
+// cancellation is the resolution a cancel records (ops.CancelEffects).
+type cancellation struct {
+	Cancelled bool   `json:"cancelled"`
+	By        string `json:"by"`
+	Reason    string `json:"reason"`
+	From      string `json:"from_state"`
+}
+
+// cancelOf reads a cancellation from a resolution, nil when it is none.
+func cancelOf(resolution []byte) *cancellation {
+	var c cancellation
+	if len(resolution) == 0 || json.Unmarshal(resolution, &c) != nil || !c.Cancelled {
+		return nil
+	}
+	return &c
+}
+
+// status is an effect's state in words: the state, and what it waits for.
+type status struct {
+	State string // the state column, or "cancelled"
+	Note  string // "scheduled, due …", "retrying, due …", "waiting behind its key's head", "8/8 attempts"
+	Class string // "warn" for a wait an operator may need to act on
+}
+
+// rowStatus says what an available effect waits for (its due time, a
+// retry, the head of its ordering key): a delayed or blocked effect must
+// not read as plain available.
+func rowStatus(e store.EffectRow) status {
+	now := time.Now()
+	s := status{State: e.State}
+	switch e.State {
+	case "available":
+		switch {
+		case e.Waiting:
+			s.Note, s.Class = "waiting behind its ordering key's head", "warn"
+		case e.DueAt.After(now) && e.Attempts > 0:
+			s.Note = fmt.Sprintf("retrying, attempt %d of %d due %s", e.Attempts+1, e.MaxAttempts, e.DueAt.UTC().Format("15:04:05 UTC"))
+		case e.DueAt.After(now):
+			s.Note = "scheduled, due " + e.DueAt.UTC().Format("2006-01-02 15:04:05 UTC")
+		case e.Attempts > 0:
+			s.Note = fmt.Sprintf("retry due now (attempt %d of %d)", e.Attempts+1, e.MaxAttempts)
+		}
+	case "dead_letter":
+		if e.Attempts >= e.MaxAttempts {
+			s.Note = fmt.Sprintf("out of attempts (%d/%d)", e.Attempts, e.MaxAttempts)
+		} else {
+			s.Note = fmt.Sprintf("permanent failure at attempt %d", e.Attempts)
+		}
+	case "completed":
+		if e.Cancelled {
+			s.State, s.Note = "cancelled", "completed without delivery"
+		}
+	}
+	return s
+}
+
+// ago says how long before now t was, rounded ("3m12s").
+func ago(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	if d < 0 {
+		return "in " + (-d).String()
+	}
+	return d.String() + " ago"
 }

@@ -43,11 +43,25 @@ type EffectRow struct {
 	LastError   string
 	// Subject is the SubjectSQL object of the payload.
 	Subject []byte
+	// DueAt is when an available effect is due: its parked due time when
+	// parked (migration 00014), never 'infinity'.
+	DueAt time.Time
+	// OrderingKey is "" when the effect has none.
+	OrderingKey string
+	// Waiting: an available ordered effect that an earlier effect of its
+	// key holds back (parked or not).
+	Waiting bool
+	// Cancelled: completed by an operator's cancel (its resolution says
+	// so), never delivered.
+	Cancelled bool
 }
 
 // effectsCols are the columns of an EffectRow.
 const effectsCols = `id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, created_at,
-    coalesce(last_error, ''), ` + SubjectSQL
+    coalesce(last_error, ''), ` + SubjectSQL + `, coalesce(parked_due_at, available_at), coalesce(ordering_key, ''),
+    (e.state = 'available' AND e.ordering_key IS NOT NULL AND EXISTS (
+        SELECT 1 FROM pgoutbox.effects p WHERE ` + blockingEarlierSQL + `)),
+    coalesce((resolution->>'cancelled')::boolean, false)`
 
 // effectsFilter is the WHERE clause shared by both list statements:
 // $1 queue, $2 state, $3 type, $4 key prefix, $5 error text, $6 the id the
@@ -64,7 +78,7 @@ const effectsFilter = `($1::text = '' OR queue = $1) AND ($2::text = '' OR state
 // skipped by the filters, never a sort of the table.
 const effectsListSQL = `
 SELECT ` + effectsCols + `
-FROM pgoutbox.effects
+FROM pgoutbox.effects e
 WHERE ` + effectsFilter + `
 ORDER BY id DESC
 LIMIT $7`
@@ -81,7 +95,7 @@ LIMIT $7`
 // plan's cost is far above the custom ones, so PostgreSQL keeps planning).
 const attentionListSQL = `
 SELECT ` + effectsCols + `
-FROM pgoutbox.effects
+FROM pgoutbox.effects e
 WHERE state IN ('dead_letter', 'reconciliation_required') AND ` + effectsFilter + `
 ORDER BY id DESC
 LIMIT $7`
@@ -93,7 +107,7 @@ LIMIT $7`
 // walks the primary key like the filters without an index.)
 const orderedListSQL = `
 SELECT ` + effectsCols + `
-FROM pgoutbox.effects
+FROM pgoutbox.effects e
 WHERE ordering_key IS NOT NULL AND state <> 'completed' AND ` + effectsFilter + `
 ORDER BY id DESC
 LIMIT $7`
@@ -116,7 +130,7 @@ func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, l
 
 const effectsByIDSQL = `
 SELECT ` + effectsCols + `
-FROM pgoutbox.effects
+FROM pgoutbox.effects e
 WHERE id = ANY($1::bigint[])
 ORDER BY id`
 
@@ -133,7 +147,7 @@ func collectEffectRows(rows pgx.Rows, err error) ([]EffectRow, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EffectRow, error) {
 		var e EffectRow
 		err := r.Scan(&e.ID, &e.Queue, &e.Type, &e.Key, &e.State, &e.Attempts, &e.MaxAttempts, &e.CreatedAt,
-			&e.LastError, &e.Subject)
+			&e.LastError, &e.Subject, &e.DueAt, &e.OrderingKey, &e.Waiting, &e.Cancelled)
 		return e, err
 	})
 	return out, MapError(err)
@@ -273,4 +287,74 @@ func ListAttempts(ctx context.Context, db DBTX, effectID int64, limit int) ([]At
 		return a, err
 	})
 	return out, MapError(err)
+}
+
+// QueueExtra is what the console's overview adds to a queue's counts.
+type QueueExtra struct {
+	Queue string
+	// Scheduled counts available effects not yet due that were never
+	// attempted (Effect.Delay, AvailableAt); Retrying ones are not in it,
+	// nor parked ones.
+	Scheduled int64
+	// NextDue is the earliest due time among them.
+	NextDue *time.Time
+}
+
+const queueExtrasSQL = `
+SELECT queue, count(*), min(available_at)
+FROM pgoutbox.effects
+WHERE state = 'available' AND available_at > now() AND available_at < 'infinity' AND attempts = 0
+GROUP BY queue ORDER BY queue`
+
+// QueueExtras returns, for each queue with scheduled effects, their count
+// and the next due time.
+func QueueExtras(ctx context.Context, db DBTX) ([]QueueExtra, error) {
+	rows, err := db.Query(ctx, queueExtrasSQL)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueExtra, error) {
+		var q QueueExtra
+		err := r.Scan(&q.Queue, &q.Scheduled, &q.NextDue)
+		return q, err
+	})
+	return out, MapError(err)
+}
+
+const nameReplaysSQL = `
+UPDATE pgoutbox.effect_attempts SET worker = left($2, 256)
+WHERE effect_id = ANY($1::bigint[]) AND outcome = 'replayed' AND worker IS NULL`
+
+// NameReplays records who replayed: the replay rows the trigger wrote for
+// ids (in the replay's transaction, worker still empty) get who as their
+// worker, so an effect's timeline names the operator the audit names.
+func NameReplays(ctx context.Context, db DBTX, ids []int64, who string) error {
+	_, err := db.Exec(ctx, nameReplaysSQL, ids, who)
+	return MapError(err)
+}
+
+// KeyHead is the effect that holds an ordered effect back: the first
+// earlier effect of its queue and ordering key that blocks it.
+type KeyHead struct {
+	ID        int64
+	State     string
+	Attempts  int
+	LastError string
+	DueAt     time.Time
+}
+
+const keyHeadSQL = `
+SELECT p.id, p.state::text, p.attempts, coalesce(p.last_error, ''), coalesce(p.parked_due_at, p.available_at)
+FROM pgoutbox.effects e JOIN pgoutbox.effects p ON ` + blockingEarlierSQL + `
+WHERE e.id = $1
+ORDER BY p.id LIMIT 1`
+
+// HeadOf returns the effect that holds effect id back; found=false when
+// none does.
+func HeadOf(ctx context.Context, db DBTX, id int64) (h KeyHead, found bool, err error) {
+	err = db.QueryRow(ctx, keyHeadSQL, id).Scan(&h.ID, &h.State, &h.Attempts, &h.LastError, &h.DueAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, false, nil
+	}
+	return h, err == nil, MapError(err)
 }
