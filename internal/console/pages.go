@@ -62,7 +62,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return max(a, 0)
 	},
-	"redact":  RedactError,
+	"redact": RedactError,
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {
