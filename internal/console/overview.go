@@ -60,6 +60,8 @@ type queueRow struct {
 	// BlockedKeys counts the ordering keys whose later effects wait for
 	// their head; Stuck those whose head waits for an operator.
 	BlockedKeys, Stuck int
+	// Waiting counts the effects behind those keys' heads.
+	Waiting int64
 	// Scheduled counts the effects not yet due (never attempted), NextDue
 	// the first due time among them.
 	Scheduled int64
@@ -138,6 +140,7 @@ func (c *Console) queueRows(ctx context.Context, st *ops.Snapshot) (overviewData
 	for _, k := range blocked.Keys {
 		if rows[k.Queue] != nil {
 			rows[k.Queue].BlockedKeys++
+			rows[k.Queue].Waiting += k.Waiting
 			if k.Stuck {
 				rows[k.Queue].Stuck++
 			}

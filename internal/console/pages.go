@@ -701,8 +701,18 @@ func rowStatus(e store.EffectRow) status {
 }
 
 // ago says how long before now t was, rounded ("3m12s").
-func ago(t time.Time) string {
-	d := time.Since(t).Round(time.Second)
+func ago(t any) string {
+	var at time.Time
+	switch v := t.(type) {
+	case time.Time:
+		at = v
+	case *time.Time:
+		if v == nil {
+			return "-"
+		}
+		at = *v
+	}
+	d := time.Since(at).Round(time.Second)
 	if d < 0 {
 		return "in " + (-d).String()
 	}
