@@ -101,6 +101,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shot := func(name string) {
 		t.Helper()
+		(&browser{t: t, ctx: ctx, w: 1400}).noOverflow(name)
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 		if err != nil {
 			t.Fatal(err)
