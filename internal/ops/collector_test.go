@@ -130,6 +130,9 @@ func TestCollectorExposition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	seedSensitive(t, b)
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.queue_pauses (queue, paused_by) VALUES ('outbox_events', 'ops')`); err != nil {
+		t.Fatal(err)
+	}
 	db := &countingDB{DBTX: b.pool}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(ops.NewCollector(ops.NewStatsCache(db, ops.StatusOptions{}, 0), nil))
@@ -146,6 +149,7 @@ func TestCollectorExposition(t *testing.T) {
 		"pgoutbox_oldest_xmin_age_seconds":           dto.MetricType_GAUGE,
 		"pgoutbox_stats_refreshed_timestamp_seconds": dto.MetricType_GAUGE,
 		"pgoutbox_stats_refresh_errors_total":        dto.MetricType_COUNTER,
+		"pgoutbox_queue_paused":                      dto.MetricType_GAUGE,
 	}
 	for name, typ := range types {
 		if f := families[name]; f == nil || f.GetType() != typ {
@@ -164,6 +168,8 @@ func TestCollectorExposition(t *testing.T) {
 		{"pgoutbox_effects", map[string]string{"queue": "outbox_events", "state": "dead_letter"}, 1},
 		{"pgoutbox_effects_retrying", map[string]string{"queue": "control_plane_outbox", "effect_type": "github.check_run.create"}, 1},
 		{"pgoutbox_stalled_leases", map[string]string{"queue": "outbox_events"}, 1},
+		{"pgoutbox_queue_paused", map[string]string{"queue": "outbox_events"}, 1},
+		{"pgoutbox_queue_paused", map[string]string{"queue": "control_plane_outbox"}, 0},
 	} {
 		if v, ok := gauge(families, c.name, c.labels); !ok || v != c.want {
 			t.Errorf("%s%v = %v (%v), want %v", c.name, c.labels, v, ok, c.want)
@@ -175,11 +181,12 @@ func TestCollectorExposition(t *testing.T) {
 	}
 
 	// Further scrapes within the cache's max age reuse the snapshot: the
-	// database saw one aggregate query (and one horizon read) in all.
+	// database saw one aggregate query (and one horizon read, one read of
+	// the pauses) in all.
 	first := db.statements.Load()
 	scrape(t, srv.URL)
 	scrape(t, srv.URL)
-	if first != 2 || db.statements.Load() != first {
+	if first != 3 || db.statements.Load() != first {
 		t.Fatalf("statements: %d after the first scrape, %d after three", first, db.statements.Load())
 	}
 }
