@@ -163,7 +163,7 @@ func TestIncidentsInBrowser(t *testing.T) {
 				!strings.Contains(got, "next ") {
 				t.Fatalf("orders on the overview: %q", got)
 			}
-			if got := b.text("#queues thead"); !strings.Contains(got, "Completed, last 5m0s") {
+			if got := b.text("#queues thead"); !strings.Contains(got, "Completed in the last 5 min") {
 				t.Fatalf("the completions' window is not named: %q", got)
 			}
 			b.shot("overview", "overview"+suffix)

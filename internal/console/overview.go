@@ -39,8 +39,8 @@ type overviewData struct {
 	Status *ops.Snapshot
 	// Rows are the queues with effects, and the paused queues without.
 	Rows []queueRow
-	// Window names the completions' window, as `status` does
-	// ("completed 5m0s"): the snapshot's lag window.
+	// Window names the completions' window as every view does
+	// (ops.WindowLabel: "Completed in the last 5 min").
 	Window  string
 	Workers int // live worker processes
 	Charts  []queueChart
@@ -94,7 +94,10 @@ func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request) {
 // queueRows joins the snapshot with the pauses, the live workers, the
 // blocked keys and the scheduled effects, by queue.
 func (c *Console) queueRows(ctx context.Context, st *ops.Snapshot) (overviewData, error) {
-	d := overviewData{Status: st, Window: (time.Duration(st.LagWindowSeconds * float64(time.Second))).String()}
+	d := overviewData{Status: st, Window: st.CompletedWindow}
+	if d.Window != "" {
+		d.Window = strings.ToUpper(d.Window[:1]) + d.Window[1:]
+	}
 	workers, err := ops.LiveWorkers(ctx, c.cfg.Pool)
 	if err != nil {
 		return d, err
