@@ -87,7 +87,7 @@ effect in reconciliation_required is never replayed (resolve it with
 pgoutbox reconcile); asking for one by --id reports it and exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.Filter = ff.f
+			o.Filter, o.By = ff.f, operator(o.By)
 			if !all && len(o.IDs) == 0 && o.Filter == (ops.Filter{}) {
 				return &ExitError{Code: ExitCouldNotRun,
 					Err: fmt.Errorf("say which dead letters to replay: --id, --queue, --effect-type, or --all")}
@@ -122,6 +122,7 @@ pgoutbox reconcile); asking for one by --id reports it and exits 1.`,
 	cmd.Flags().IntVar(&o.Limit, "limit", envInt("OUTBOX_REPLAY_BATCH_LIMIT", ops.ReplayBatchLimitDefault),
 		"replay at most this many (env OUTBOX_REPLAY_BATCH_LIMIT)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "show what would be replayed; change nothing")
+	cmd.Flags().StringVar(&o.By, "by", "", "who replays, named in each effect's history (empty: $USER, else \"cli\")")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

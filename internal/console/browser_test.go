@@ -227,6 +227,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st := text("#state"); st != "available" || e.state(t, dead) != "available" {
 		t.Fatalf("after the replay the page shows %q, the database %q; want available", st, e.state(t, dead))
 	}
+	if tl := text("#timeline"); !strings.Contains(tl, "replayed by alice after 3 attempt(s)") {
+		t.Fatalf("the timeline does not name who replayed: %q", tl)
+	}
 
 	// The reconciliation record: resolve it with a run (forced: no GitHub
 	// in this test, so the page says a resolve must be forced).

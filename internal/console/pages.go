@@ -522,20 +522,13 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	op, sess := who(s)
 	res, err := ops.ReplayDeadLetters(ctx, c.cfg.Pool, ops.ReplayOptions{Filter: ops.Filter{Queue: d.Queue}, IDs: d.IDs,
-		Limit: int(n), Then: func(ctx context.Context, tx pgx.Tx, res *ops.ReplayResult) error {
+		Limit: int(n), By: op, Then: func(ctx context.Context, tx pgx.Tx, res *ops.ReplayResult) error {
 			outcome := fmt.Sprintf("replayed %d of %d confirmed", len(res.Replayed), n)
 			if len(res.Skipped) > 0 {
 				outcome += fmt.Sprintf("; skipped %d", len(res.Skipped))
 				for _, sk := range res.Skipped {
 					outcome += fmt.Sprintf(" (%d: %s)", sk.ID, sk.State)
 				}
-			}
-			ids := make([]int64, len(res.Replayed))
-			for i, m := range res.Replayed {
-				ids[i] = m.ID
-			}
-			if err := store.NameReplays(ctx, tx, ids, op); err != nil {
-				return err
 			}
 			return store.InsertAudit(ctx, tx, store.AuditEntry{Operator: op, Session: sess, Action: "replay",
 				Target: short(target, 1000), Changed: len(res.Replayed), Outcome: short(outcome, 2000)})

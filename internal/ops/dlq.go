@@ -110,6 +110,10 @@ type ReplayOptions struct {
 	Limit int
 	// DryRun reports what would be replayed and changes nothing.
 	DryRun bool
+	// By, when set, names who replays in each replayed effect's history
+	// (the replay row of pgoutbox.effect_attempts), as the console's
+	// timeline and `effect history` show it; empty: "an operator".
+	By string
 	// Then, when set, runs in the replay's transaction once the rows have
 	// moved, before the commit (the console records its audit row there,
 	// so the replay and its record commit or roll back together). An error
@@ -132,6 +136,15 @@ func ReplayDeadLetters(ctx context.Context, pool *pgxpool.Pool, o ReplayOptions)
 			return err
 		}
 		res.Replayed = toMoved(moved)
+		if o.By != "" && len(moved) > 0 {
+			ids := make([]int64, len(moved))
+			for i, m := range moved {
+				ids[i] = m.ID
+			}
+			if err := store.NameReplays(ctx, tx, ids, o.By); err != nil {
+				return err
+			}
+		}
 		if len(o.IDs) > 0 {
 			if res.Skipped, err = skipped(ctx, tx, o.IDs, moved, o.Limit); err != nil {
 				return err

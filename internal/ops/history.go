@@ -111,8 +111,12 @@ func timeline(e store.EffectDetail, attempts []store.Attempt, audit []store.Audi
 		x := HistoryEvent{At: a.At, Kind: "attempt_failed", Worker: a.Worker, Detail: a.Error, Failed: true}
 		switch a.Outcome {
 		case "replayed":
+			by := "an operator"
+			if a.Worker != "" { // ReplayOptions.By
+				by, x.Worker = a.Worker, ""
+			}
 			x.Kind, x.Failed = "replayed", false
-			x.What = fmt.Sprintf("replayed by an operator after %d attempt(s): attempts start again", a.Attempt)
+			x.What = fmt.Sprintf("replayed by %s after %d attempt(s): attempts start again", by, a.Attempt)
 		case "retrying":
 			x.What = fmt.Sprintf("attempt %d failed → retrying", a.Attempt)
 		default:
