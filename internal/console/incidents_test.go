@@ -228,6 +228,13 @@ func TestIncidentsInBrowser(t *testing.T) {
 			if got := b.text(emails); !strings.Contains(got, "paused by alice") {
 				t.Fatalf("the overview does not show the pause: %q", got)
 			}
+			b.run("the paused queue's effects", chromedp.Click(chromedp.CSS(emails+` a[href="/console/effects?queue=emails"]`)),
+				chromedp.WaitVisible(chromedp.CSS("#queue-paused")))
+			if got := b.text("#queue-paused") + b.text("#queue-unserved"); !strings.Contains(got, "No live worker works queue emails") ||
+				!strings.Contains(got, "no worker claims its effects") {
+				t.Fatalf("the effects of the paused, unserved queue: %q", got)
+			}
+			b.run("overview again", chromedp.Navigate(e.srv.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS(emails+` button.resume`)))
 			b.shot("overview, paused", "")
 			b.run("resume", chromedp.Click(chromedp.CSS(emails+` button.resume`)), chromedp.WaitVisible(chromedp.CSS("#pause-form")),
 				chromedp.Click(chromedp.CSS("#confirm-button")), chromedp.WaitVisible(chromedp.CSS("#message")))

@@ -141,6 +141,10 @@ type listData struct {
 	NextURL string
 	// FixedState hides the state filter (dead letters, reconciliation).
 	FixedState bool
+	// Pause and Unserved describe the filtered queue: paused (no claim
+	// takes its effects), or holding effects no live worker works.
+	Pause    *ops.QueuePause
+	Unserved bool
 }
 
 func pageSize(r *http.Request) (int, error) {
@@ -207,7 +211,34 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, state string, pat
 		d.NextURL = path + "?" + next.Encode()
 	}
 	d.Rows = rows
+	if f.Queue != "" {
+		if err := c.queueState(r.Context(), d); err != nil {
+			c.fail(w, r, err)
+			return nil, false
+		}
+	}
 	return d, true
+}
+
+// queueState fills the filtered queue's pause and unserved flag.
+func (c *Console) queueState(ctx context.Context, d *listData) error {
+	ps, err := ops.PausedQueues(ctx, c.cfg.Pool)
+	if err != nil {
+		return err
+	}
+	for i := range ps {
+		if ps[i].Queue == d.Filter.Queue {
+			d.Pause = &ps[i]
+		}
+	}
+	un, err := ops.UnservedQueues(ctx, c.cfg.Pool)
+	if err != nil {
+		return err
+	}
+	for _, u := range un {
+		d.Unserved = d.Unserved || u.Queue == d.Filter.Queue
+	}
+	return nil
 }
 
 func (c *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
