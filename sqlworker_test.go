@@ -428,3 +428,24 @@ func TestSQLWorkerKeepsKeyOrder(t *testing.T) {
 		t.Fatalf("second claim %v, want %d once its key's head completed", got, ids[1])
 	}
 }
+
+// A paused queue (migration 00023) is not claimed through the SQL worker
+// functions either: pgoutbox.claim runs the engine's claim, pause check
+// included, and claims again once the queue is resumed.
+func TestSQLWorkerHonoursAPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, pgoutbox.Effect{Queue: "w", Type: "safe", Key: "p1"})
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.queue_pauses (queue, paused_by, reason) VALUES ('w', 'test', 'maintenance')`); err != nil {
+		t.Fatal(err)
+	}
+	if leases, err := b.claimAs(t, "", "w", 1); err != nil || len(leases) != 0 {
+		t.Fatalf("claim from a paused queue: %v, %v; want nothing claimed", leases, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM pgoutbox.queue_pauses WHERE queue = 'w'`); err != nil {
+		t.Fatal(err)
+	}
+	if leases, err := b.claimAs(t, "", "w", 1); err != nil || len(leases) != 1 {
+		t.Fatalf("claim after the resume: %v, %v; want the effect", leases, err)
+	}
+}

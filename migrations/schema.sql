@@ -1094,6 +1094,7 @@ CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, 
 WITH next AS (SELECT id 
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = $1)
       AND (e.ordering_key IS NULL OR (NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
         WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id

@@ -19,18 +19,8 @@ func TestWorkerFunctionsRunTheEngineStatements(t *testing.T) {
 	pool, _ := pgtest.NewPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The pause check of migration 00023 is not yet in work_claim_rows:
-	// 00025 created the function after 00023 existed, and replacing it
-	// needs a migration numbered after 00025 (not assigned yet). Until
-	// then the function runs the claim without it: SQL workers claim from a
-	// paused queue (docs/console.md says so). That migration must
-	// CREATE OR REPLACE work_claim_rows with claimSQL and drop this cut.
-	claimBeforePause := strings.Replace(claimSQL, "AND "+notPausedSQL, "", 1)
-	if claimBeforePause == claimSQL {
-		t.Fatal("claimSQL has no pause check: drop claimBeforePause and compare with claimSQL")
-	}
 	for fn, stmt := range map[string]string{
-		"work_claim_rows":    claimBeforePause,
+		"work_claim_rows":    claimSQL,
 		"work_start_row":     startSQL + "\nRETURNING id",
 		"work_complete_rows": completeSQL,
 		"work_fail_row":      failSQL,
