@@ -3,7 +3,8 @@
 // and Python (psycopg) enqueue inside their own transactions against a fresh
 // database, and a Go worker delivers exactly what they committed; a Node
 // service verifies HTTP deliveries with the Standard Webhooks reference
-// library (webhook-receiver/).
+// library (webhook-receiver/), and keeps the reconciliation rule when the
+// `pgoutbox work` delivering to it is killed mid-request.
 //
 // The tests need node, npm and python3 with psycopg; without them they fail
 // (make test-deps installs them on Debian). They build the TypeScript package

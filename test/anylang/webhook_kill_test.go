@@ -37,11 +37,14 @@ type heldLine struct {
 // delivery start was committed before its request left, goes to
 // reconciliation_required and reached the endpoint exactly once; the
 // replay-safe one is delivered again with the same webhook-id and
-// completes. Once per lease mode of the replay-safe effect (the
-// non-replay-safe one is always leased durably).
+// completes. Once per lease mode of the replay-safe effect (a
+// non-replay-safe one is always leased durably). It has a queue of its own,
+// so that under a row lock it is still held by the lock when the process
+// dies: in one claim batch with the other effect, that one would wait for
+// the hold to end, and the receipt's lease would be durable by then.
 func TestWorkKilledMidHTTPDelivery(t *testing.T) {
 	node := tool(t, "node")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // the build included
 	defer cancel()
 	dir, err := filepath.Abs("webhook-receiver")
 	if err != nil {
@@ -51,7 +54,7 @@ func TestWorkKilledMidHTTPDelivery(t *testing.T) {
 	bin := buildPgoutbox(t, ctx)
 	for _, mode := range []struct{ name, rowLock string }{
 		{"durable", "0"},  // replay-safe effects leased durably from the claim
-		{"rowlock", "1s"}, // under the claim transaction's row lock for up to 1 s
+		{"rowlock", "2s"}, // under the claim transaction's row lock for up to 2 s
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			workKilledMidHTTPDelivery(t, ctx, node, dir, bin, mode.rowLock)
@@ -103,7 +106,7 @@ func workKilledMidHTTPDelivery(t *testing.T, ctx context.Context, node, dir, bin
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT pgoutbox.enqueue('payments', 'payment.capture', 'capture-4711', '{"order": 4711}'),
-			pgoutbox.enqueue('payments', 'email.receipt', 'receipt-4711', '{"order": 4711}')`).Scan(&unsafe, &safe)
+			pgoutbox.enqueue('emails', 'email.receipt', 'receipt-4711', '{"order": 4711}')`).Scan(&unsafe, &safe)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +114,7 @@ func workKilledMidHTTPDelivery(t *testing.T, ctx context.Context, node, dir, bin
 	conf := filepath.Join(t.TempDir(), "http-delivery.json")
 	if err := os.WriteFile(conf, []byte(`{"endpoints": {"shop": {"url": "`+url+`", "secret_env": "SHOP_HOOK_SECRET"}},
 		"types": [{"queue": "payments", "type": "payment.capture", "endpoint": "shop"},
-		          {"queue": "payments", "type": "email.receipt", "endpoint": "shop", "replay_safe": true}]}`), 0o600); err != nil {
+		          {"queue": "emails", "type": "email.receipt", "endpoint": "shop", "replay_safe": true}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var env []string
@@ -173,10 +176,21 @@ func workKilledMidHTTPDelivery(t *testing.T, ctx context.Context, node, dir, bin
 		t.Fatal(err)
 	}
 	_ = first.Wait()
-	if e := pgtest.ReadEffect(t, ctx, pool, unsafe); e.State != "leased" || e.Started == nil {
-		t.Fatalf("the non-replay-safe effect %d killed mid-request: %+v, want leased with delivery_started_at committed", unsafe, e)
+	if e := pgtest.ReadEffect(t, ctx, pool, unsafe); e.State != "leased" {
+		t.Fatalf("the non-replay-safe effect %d killed mid-request: %+v, want leased (the kill came after its delivery ended)", unsafe, e)
+	} else if e.Started == nil {
+		t.Errorf("the non-replay-safe effect %d killed mid-request: %+v, want delivery_started_at committed before its request left", unsafe, e)
 	}
-	t.Logf("after the kill, the replay-safe effect is %s", state(safe))
+	// Under a row lock the killed claim wrote nothing: the lock went with
+	// the process's connection and the receipt is available again.
+	// Under a durable lease it stays leased until the lease expires.
+	afterKill := "leased"
+	if rowLock != "0" {
+		afterKill = "available"
+	}
+	if s := state(safe); s != afterKill {
+		t.Errorf("the replay-safe effect %d right after the kill: %s, want %s", safe, s, afterKill)
+	}
 
 	// A second work process recovers the dead one's leases.
 	second, secondLog := work("second")
