@@ -238,7 +238,13 @@ FROM pgoutbox.console_audit ORDER BY id DESC LIMIT $1`
 
 // ListAudit returns the newest limit audit rows, newest first.
 func ListAudit(ctx context.Context, db DBTX, limit int) ([]AuditEntry, error) {
-	rows, err := db.Query(ctx, listAuditSQL, limit)
+	return queryAudit(ctx, db, listAuditSQL, limit)
+}
+
+// queryAudit runs a statement that selects console_audit's columns in
+// their table order and collects its rows.
+func queryAudit(ctx context.Context, db DBTX, sql string, args ...any) ([]AuditEntry, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, MapError(err)
 	}

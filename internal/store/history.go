@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"strconv"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // effectAuditSQL finds the console actions that named one effect: a target
@@ -22,14 +20,5 @@ SELECT id, at, operator, session, action, target, changed, outcome FROM (
 // ListEffectAudit returns the newest limit console actions that named the
 // effect id, oldest first.
 func ListEffectAudit(ctx context.Context, db DBTX, id int64, limit int) ([]AuditEntry, error) {
-	rows, err := db.Query(ctx, effectAuditSQL, strconv.FormatInt(id, 10), limit)
-	if err != nil {
-		return nil, MapError(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Operator, &e.Session, &e.Action, &e.Target, &e.Changed, &e.Outcome)
-		return e, err
-	})
-	return out, MapError(err)
+	return queryAudit(ctx, db, effectAuditSQL, strconv.FormatInt(id, 10), limit)
 }
