@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -134,7 +135,10 @@ func TestPauseResumeAndCancelPages(t *testing.T) {
 		t.Fatalf("cancel: %d %s", a.code, a.body)
 	}
 	if page := do(t, c, "GET", e.srv.URL+"/console/effects/"+strconv.FormatInt(dead, 10), nil); !strings.Contains(page.body,
-		"cancelled by alice (never delivered): customer deleted") || !strings.Contains(page.body, `id="state">completed<`) {
+		"cancelled by alice (never delivered): customer deleted") || !strings.Contains(page.body, `id="state">completed<`) ||
+		// The console action itself, from the audit (ops.EffectHistory).
+		!strings.Contains(page.body, fmt.Sprintf("cancel by alice in the console (ids %d)", dead)) ||
+		!strings.Contains(page.body, "cancelled 1 of 1 confirmed (reason: customer deleted)") {
 		t.Fatalf("the cancelled effect's page: %s", page.body)
 	}
 	a = do(t, c, "POST", e.srv.URL+"/console/queues/resume", url.Values{"csrf": {csrf}, "queue": {"emails"}, "confirm": {"1"}})

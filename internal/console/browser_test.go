@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -227,7 +228,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st := text("#state"); st != "available" || e.state(t, dead) != "available" {
 		t.Fatalf("after the replay the page shows %q, the database %q; want available", st, e.state(t, dead))
 	}
-	if tl := text("#timeline"); !strings.Contains(tl, "replayed by alice after 3 attempt(s)") {
+	if tl := text("#timeline"); !strings.Contains(tl, "replayed by alice after 3 attempt(s)") ||
+		!strings.Contains(tl, fmt.Sprintf("replay by alice in the console (ids %d)", dead)) {
 		t.Fatalf("the timeline does not name who replayed: %q", tl)
 	}
 

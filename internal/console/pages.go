@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -273,12 +272,14 @@ type detailData struct {
 	GitHub       bool
 	Inspection   *controlplane.Inspection
 	InspectError string
-	// Timeline is the effect's history, oldest first: enqueued, each
-	// recorded failed attempt and replay (pgoutbox.effect_attempts), the
-	// last claim, delivery start and the outcome.
-	Timeline []event
-	// TimelineCut: more than AttemptsShown attempts are recorded; only the
-	// newest are shown.
+	// Timeline is the effect's history, oldest first (ops.EffectHistory,
+	// the timeline of `pgoutbox effect history`): enqueued, each recorded
+	// failed attempt and replay (pgoutbox.effect_attempts), the console
+	// actions that named it, the last claim, delivery start and the
+	// outcome; each Detail redacted.
+	Timeline []ops.HistoryEvent
+	// TimelineCut: more than AttemptsShown attempts or console actions are
+	// recorded; only the newest are shown.
 	TimelineCut bool
 	// Head is the effect that holds this one back (its ordering key's
 	// blocking head), nil when none.
@@ -286,70 +287,14 @@ type detailData struct {
 	// Cancellable: available or dead letter, delivery never started.
 	Cancellable bool
 	// Cancel is the recorded cancellation, nil when not cancelled.
-	Cancel *cancellation
+	Cancel *ops.Cancellation
 	// Status is the state in words (scheduled, retrying, waiting).
 	Status status
 }
 
-// AttemptsShown is how many recorded attempts an effect's page shows (the
-// newest).
+// AttemptsShown is how many recorded attempts, and how many console
+// actions, an effect's page shows (the newest).
 const AttemptsShown = 200
-
-// event is one line of an effect's timeline.
-type event struct {
-	At     time.Time
-	What   string
-	Class  string // "err" for a failure
-	Worker string
-	Detail string // the error, redacted
-}
-
-// timeline merges the row's timestamps and the recorded attempts, oldest
-// first (a stable sort: an attempt that dead-lettered the effect comes
-// before the row's dead_lettered_at of the same instant).
-func timeline(e store.EffectDetail, attempts []store.Attempt) []event {
-	ev := []event{{At: e.CreatedAt, What: "enqueued"}}
-	for _, a := range attempts {
-		x := event{At: a.At, Worker: a.Worker, Detail: RedactError(a.Error), Class: "err"}
-		switch a.Outcome {
-		case "replayed":
-			by := "an operator"
-			if a.Worker != "" {
-				by, x.Worker = a.Worker, ""
-			}
-			x.What, x.Class = fmt.Sprintf("replayed by %s after %d attempt(s): attempts start again", by, a.Attempt), ""
-		case "retrying":
-			x.What = fmt.Sprintf("attempt %d failed → retrying", a.Attempt)
-		default:
-			x.What = fmt.Sprintf("attempt %d failed → %s", a.Attempt, a.Outcome)
-		}
-		ev = append(ev, x)
-	}
-	add := func(t *time.Time, what, worker string) {
-		if t != nil {
-			ev = append(ev, event{At: *t, What: what, Worker: worker})
-		}
-	}
-	owner := ""
-	if e.LeaseOwner != nil {
-		owner = *e.LeaseOwner
-	}
-	add(e.LeasedAt, fmt.Sprintf("claimed (attempt %d, the latest claim)", e.Attempts), owner)
-	add(e.DeliveryStartedAt, "delivery started", "")
-	if c := cancelOf(e.Resolution); c != nil {
-		what := "cancelled by " + c.By + " (never delivered)"
-		if c.Reason != "" {
-			what += ": " + c.Reason
-		}
-		add(e.CompletedAt, what, "")
-	} else {
-		add(e.CompletedAt, "completed", "")
-	}
-	add(e.DeadLetteredAt, "dead-lettered", "")
-	add(e.ReconciliationAt, "reconciliation required", "")
-	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
-	return ev
-}
 
 func pathID(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -365,7 +310,7 @@ func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	e, ok, err := store.GetEffectDetail(r.Context(), c.cfg.Pool, id)
+	hist, ok, err := ops.EffectHistory(r.Context(), c.cfg.Pool, id, AttemptsShown)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -374,21 +319,17 @@ func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusNotFound, fmt.Sprintf("No effect %d.", id))
 		return
 	}
+	e := hist.Effect
 	d := detailData{E: e, Subject: ops.ParseSubject(e.Payload), Payload: RedactPayload(e.Payload),
 		ControlPlane: c.cfg.ControlPlane != nil, GitHub: c.cfg.GitHub}
 	if e.LastError != nil {
 		d.LastError = RedactError(*e.LastError)
 	}
-	attempts, err := store.ListAttempts(r.Context(), c.cfg.Pool, id, AttemptsShown+1)
-	if err != nil {
-		c.fail(w, r, err)
-		return
+	for i := range hist.Events { // errors and operators' recorded outcomes
+		hist.Events[i].Detail = RedactError(hist.Events[i].Detail)
 	}
-	if len(attempts) > AttemptsShown {
-		attempts, d.TimelineCut = attempts[1:], true
-	}
-	d.Timeline = timeline(e, attempts)
-	d.Cancel = cancelOf(e.Resolution)
+	d.Timeline, d.TimelineCut = hist.Events, hist.Cut
+	d.Cancel = ops.CancellationOf(e.Resolution)
 	d.Cancellable = (e.State == "available" || e.State == "dead_letter") && e.DeliveryStartedAt == nil
 	if e.OrderingKey != nil && e.State == "available" {
 		h, found, err := store.HeadOf(r.Context(), c.cfg.Pool, id)
@@ -666,23 +607,6 @@ func (c *Console) supersede(w http.ResponseWriter, r *http.Request, s *session) 
 		Text: fmt.Sprintf("Superseded %d: release run %d attempt %d (number %d) dispatched.", id, st.ReleaseRunID,
 			st.ExecutionAttemptID, st.AttemptNumber),
 		Back: fmt.Sprintf("/console/effects/%d", id)})
-}
-
-// cancellation is the resolution a cancel records (ops.CancelEffects).
-type cancellation struct {
-	Cancelled bool   `json:"cancelled"`
-	By        string `json:"by"`
-	Reason    string `json:"reason"`
-	From      string `json:"from_state"`
-}
-
-// cancelOf reads a cancellation from a resolution, nil when it is none.
-func cancelOf(resolution []byte) *cancellation {
-	var c cancellation
-	if len(resolution) == 0 || json.Unmarshal(resolution, &c) != nil || !c.Cancelled {
-		return nil
-	}
-	return &c
 }
 
 // status is an effect's state in words: the state, and what it waits for.

@@ -38,14 +38,36 @@ type History struct {
 	// Cut: more than the limit of attempts or actions is recorded; only
 	// the newest are in Events.
 	Cut bool `json:"cut,omitempty"`
+	// Effect is the row as read, raw (the console's effect page shows it
+	// all); not in the JSON, whose fields above say what it holds.
+	Effect store.EffectDetail `json:"-"`
+}
+
+// Cancellation is the resolution a cancel records ([CancelEffects]).
+type Cancellation struct {
+	Cancelled bool   `json:"cancelled"`
+	By        string `json:"by"`
+	Reason    string `json:"reason"`
+	From      string `json:"from_state"`
+}
+
+// CancellationOf reads a cancellation from an effect's resolution, nil
+// when it is none (no resolution, or another resolution).
+func CancellationOf(resolution []byte) *Cancellation {
+	var c Cancellation
+	if len(resolution) == 0 || json.Unmarshal(resolution, &c) != nil || !c.Cancelled {
+		return nil
+	}
+	return &c
 }
 
 // HistoryEvent is one line of an effect's timeline.
 type HistoryEvent struct {
 	At time.Time `json:"at"`
 	// Kind is enqueued, attempt_failed, replayed, claimed,
-	// delivery_started, completed, dead_lettered, reconciliation_required
-	// or operator (a console action: replay, resolve, supersede).
+	// delivery_started, completed (also a cancel: "cancelled by …"),
+	// dead_lettered, reconciliation_required or operator (a console
+	// action: replay, resolve, supersede, cancel).
 	Kind string `json:"kind"`
 	// What says it in words: "attempt 2 failed → retrying".
 	What string `json:"what"`
@@ -84,7 +106,7 @@ func EffectHistory(ctx context.Context, db store.DBTX, id int64, limit int) (h *
 		return nil, true, fmt.Errorf("ops: effect history: %w", err)
 	}
 	h = &History{ID: e.ID, Queue: e.Queue, Type: e.Type, Key: e.Key, State: e.State, Attempts: e.Attempts,
-		MaxAttempts: e.MaxAttempts}
+		MaxAttempts: e.MaxAttempts, Effect: e}
 	if e.LastError != nil {
 		h.LastError = *e.LastError
 	}
@@ -102,7 +124,7 @@ func EffectHistory(ctx context.Context, db store.DBTX, id int64, limit int) (h *
 }
 
 // timeline merges the row's timestamps, the recorded attempts and the
-// console actions, oldest first (a stable sort: an attempt that
+// console actions (the one timeline: the CLI's and the console's), oldest first (a stable sort: an attempt that
 // dead-lettered the effect comes before the row's dead_lettered_at of the
 // same instant).
 func timeline(e store.EffectDetail, attempts []store.Attempt, audit []store.AuditEntry) []HistoryEvent {
@@ -135,7 +157,13 @@ func timeline(e store.EffectDetail, attempts []store.Attempt, audit []store.Audi
 	}
 	add(e.LeasedAt, "claimed", fmt.Sprintf("claimed (attempt %d, the latest claim)", e.Attempts), owner)
 	add(e.DeliveryStartedAt, "delivery_started", "delivery started", "")
-	if e.Resolution != nil {
+	if c := CancellationOf(e.Resolution); c != nil {
+		what := "cancelled by " + c.By + " (never delivered)"
+		if c.Reason != "" {
+			what += ": " + c.Reason
+		}
+		add(e.CompletedAt, "completed", what, "")
+	} else if e.Resolution != nil {
 		add(e.CompletedAt, "completed", "completed by an operator's resolution", "")
 	} else {
 		add(e.CompletedAt, "completed", "completed", "")
