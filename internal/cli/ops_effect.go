@@ -31,7 +31,7 @@ func newEffectHistoryCmd(g *globals) *cobra.Command {
 shows it: when it was enqueued, each recorded failed attempt with its worker and
 error (pgoutbox.effect_attempts), each replay, the latest claim, the delivery's
 start, its outcome (completed, dead-lettered, reconciliation required), and the
-console actions that named it (replay, resolve, supersede) with the operator's
+console actions that named it (replay, cancel, resolve, supersede) with the operator's
 name (pgoutbox.console_audit). Errors and a recorded resolution are redacted
 like the console's; the payload is never shown. It changes nothing.
 
