@@ -96,12 +96,10 @@ func (c *Console) pauseOrResume(w http.ResponseWriter, r *http.Request, s *sessi
 		verb, action = "resume", "resume"
 	}
 	d := pauseData{Resume: resume, Queue: strings.TrimSpace(r.PostForm.Get("queue")), Reason: strings.TrimSpace(r.PostForm.Get("reason"))}
-	if d.Queue == "" || len(d.Queue) > ops.QueueNameMax {
-		c.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("A queue name of 1..%d bytes is required; nothing was changed.", ops.QueueNameMax))
-		return
-	}
-	if len([]rune(d.Reason)) > ops.ReasonMax {
-		c.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("The reason is longer than %d characters; nothing was changed.", ops.ReasonMax))
+	op, sess := who(s)
+	o := ops.PauseOptions{Queue: d.Queue, By: op, Reason: d.Reason}
+	if err := o.Check(!resume); err != nil {
+		c.refuse(w, r, http.StatusBadRequest, err.Error()+"; nothing was changed.")
 		return
 	}
 	ctx := r.Context()
@@ -122,7 +120,6 @@ func (c *Console) pauseOrResume(w http.ResponseWriter, r *http.Request, s *sessi
 		c.render(w, r, http.StatusOK, "pauseconfirm", title, d)
 		return
 	}
-	op, sess := who(s)
 	target := "queue " + d.Queue
 	audit := func(ctx context.Context, tx pgx.Tx, p ops.QueuePause, changed bool) error {
 		outcome := map[[2]bool]string{
@@ -139,7 +136,7 @@ func (c *Console) pauseOrResume(w http.ResponseWriter, r *http.Request, s *sessi
 		return store.InsertAudit(ctx, tx, store.AuditEntry{Operator: op, Session: sess, Action: action,
 			Target: short(target, 1000), Changed: n, Outcome: short(outcome, 2000)})
 	}
-	o := ops.PauseOptions{Queue: d.Queue, By: op, Reason: d.Reason, Then: audit}
+	o.Then = audit
 	var text string
 	var err error
 	if resume {
@@ -198,16 +195,12 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		d.IDs = append(d.IDs, id)
 	}
-	if len(d.IDs) == 0 || len(d.IDs) > ops.CancelBatchMax {
-		c.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("Select 1..%d effects to cancel; nothing was cancelled.", ops.CancelBatchMax))
-		return
-	}
-	if len([]rune(d.Reason)) > ops.ReasonMax {
-		c.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("The reason is longer than %d characters; nothing was cancelled.", ops.ReasonMax))
-		return
-	}
 	ctx := r.Context()
 	op, sess := who(s)
+	if err := (ops.CancelOptions{IDs: d.IDs, By: op, Reason: d.Reason}).Check(); err != nil {
+		c.refuse(w, r, http.StatusBadRequest, err.Error()+"; nothing was cancelled.")
+		return
+	}
 	confirm := f.Get("confirm")
 	if confirm == "" {
 		res, err := ops.CancelEffects(ctx, c.cfg.Pool, ops.CancelOptions{IDs: d.IDs, By: op, Reason: d.Reason, DryRun: true})

@@ -53,7 +53,10 @@ type PauseOptions struct {
 	Then func(ctx context.Context, tx pgx.Tx, p QueuePause, changed bool) error
 }
 
-func (o PauseOptions) check(pause bool) error {
+// Check reports, wrapped in ErrBadInput, what is out of bounds in a pause
+// (pause true) or a resume; PauseQueue and ResumeQueue run it first, and
+// the console runs it before its confirmation page.
+func (o PauseOptions) Check(pause bool) error {
 	switch {
 	case strings.TrimSpace(o.Queue) == "" || len(o.Queue) > QueueNameMax:
 		return fmt.Errorf("%w: a queue name of 1..%d bytes is required", ErrBadInput, QueueNameMax)
@@ -71,7 +74,7 @@ func (o PauseOptions) check(pause bool) error {
 // every process. Pausing a paused queue changes nothing (Already set).
 // A queue with no effects yet may be paused (before its first enqueue).
 func PauseQueue(ctx context.Context, pool *pgxpool.Pool, o PauseOptions) (QueuePause, error) {
-	if err := o.check(true); err != nil {
+	if err := o.Check(true); err != nil {
 		return QueuePause{}, err
 	}
 	var out QueuePause
@@ -95,7 +98,7 @@ func PauseQueue(ctx context.Context, pool *pgxpool.Pool, o PauseOptions) (QueueP
 // ResumeQueue deletes a queue's pause and wakes its workers. paused=false:
 // the queue was not paused (nothing changed).
 func ResumeQueue(ctx context.Context, pool *pgxpool.Pool, o PauseOptions) (p QueuePause, paused bool, err error) {
-	if err := o.check(false); err != nil {
+	if err := o.Check(false); err != nil {
 		return QueuePause{}, false, err
 	}
 	err = inTx(ctx, pool, false, func(tx pgx.Tx) error {
@@ -143,6 +146,20 @@ type CancelOptions struct {
 	Then func(ctx context.Context, tx pgx.Tx, res *CancelResult) error
 }
 
+// Check reports, wrapped in ErrBadInput, what is out of bounds in a
+// cancel; CancelEffects runs it first.
+func (o CancelOptions) Check() error {
+	switch {
+	case len(o.IDs) == 0 || len(o.IDs) > CancelBatchMax:
+		return fmt.Errorf("%w: cancel 1..%d effects at a time, not %d", ErrBadInput, CancelBatchMax, len(o.IDs))
+	case strings.TrimSpace(o.By) == "" || len([]rune(o.By)) > OperatorMax:
+		return fmt.Errorf("%w: who cancels (1..%d characters) is required", ErrBadInput, OperatorMax)
+	case len([]rune(o.Reason)) > ReasonMax:
+		return fmt.Errorf("%w: the reason is longer than %d characters", ErrBadInput, ReasonMax)
+	}
+	return nil
+}
+
 // CancelResult is what a cancel did (or, in a dry run, would do).
 type CancelResult struct {
 	DryRun bool `json:"dry_run"`
@@ -162,13 +179,8 @@ type CancelResult struct {
 // reconciliation record, and any effect whose delivery started (a
 // non-replay-safe request may have been sent: resolve it with `reconcile`).
 func CancelEffects(ctx context.Context, pool *pgxpool.Pool, o CancelOptions) (*CancelResult, error) {
-	switch {
-	case len(o.IDs) == 0 || len(o.IDs) > CancelBatchMax:
-		return nil, fmt.Errorf("%w: cancel 1..%d effects at a time, not %d", ErrBadInput, CancelBatchMax, len(o.IDs))
-	case strings.TrimSpace(o.By) == "" || len([]rune(o.By)) > OperatorMax:
-		return nil, fmt.Errorf("%w: who cancels (1..%d characters) is required", ErrBadInput, OperatorMax)
-	case len([]rune(o.Reason)) > ReasonMax:
-		return nil, fmt.Errorf("%w: the reason is longer than %d characters", ErrBadInput, ReasonMax)
+	if err := o.Check(); err != nil {
+		return nil, err
 	}
 	res := &CancelResult{DryRun: o.DryRun, Cancelled: []Moved{}, Skipped: []Skipped{}}
 	err := inTx(ctx, pool, o.DryRun, func(tx pgx.Tx) error {
