@@ -10,6 +10,7 @@ import (
 	_ "embed"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -205,13 +206,7 @@ func (c *Console) WorkersReport(ctx context.Context, wc WorkersConfig) (WorkersR
 		q := get(d.Queue)
 		q.CompletedInWindow, q.ThroughputPerSecond, q.MeanLagSeconds = d.Completed, d.PerSecond, d.MeanLagSeconds
 	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range queues {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(queues)) {
 		rep.Queues = append(rep.Queues, *queues[name])
 	}
 
