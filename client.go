@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -34,16 +34,16 @@ type Client struct {
 	queues map[string]*queueWorker
 	subs   subscribers
 
-	life   *core.Lifecycle // start, stop with grace, stop twice
-	leases core.Leases     // in-flight durable leases, for the extender
-	ext    core.Extender   // extends leases
-	commit *core.Committer // group-commits completions; set by Start
-	tracer trace.Tracer    // Config.TracerProvider's
+	life   *engine.Lifecycle // start, stop with grace, stop twice
+	leases engine.Leases     // in-flight durable leases, for the extender
+	ext    engine.Extender   // extends leases
+	commit *engine.Committer // group-commits completions; set by Start
+	tracer trace.Tracer      // Config.TracerProvider's
 	// claimMu lets one row-lock claim at a time wait for its second pool
 	// connection (acquireClaimPair).
 	claimMu sync.Mutex
 
-	beat *core.Heartbeat // its pgoutbox.workers row; set by Start when it has queues (liveness.go)
+	beat *engine.Heartbeat // its pgoutbox.workers row; set by Start when it has queues (liveness.go)
 }
 
 // NewClient validates cfg and returns a Client that is not yet started.
@@ -62,10 +62,10 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		m:      newMetrics(cfg.Registerer),
 		types:  make(map[string]EffectType, len(cfg.Types)),
 		queues: make(map[string]*queueWorker, len(cfg.Queues)),
-		life:   core.NewLifecycle("pgoutbox: client"),
+		life:   engine.NewLifecycle("pgoutbox: client"),
 		tracer: cfg.TracerProvider.Tracer(TracerName),
 	}
-	c.ext = core.Extender{DB: pool, Leases: &c.leases, Lease: cfg.LeaseDuration, LostCause: ErrLeaseLost, Log: c.log}
+	c.ext = engine.Extender{DB: pool, Leases: &c.leases, Lease: cfg.LeaseDuration, LostCause: ErrLeaseLost, Log: c.log}
 	for _, t := range cfg.Types {
 		if t.TxHandler != nil {
 			t.ReplaySafe = true // its writes commit with its completion or not at all
@@ -103,14 +103,17 @@ func (c *Client) Start(ctx context.Context) error {
 		if err := c.registerOrdering(ctx); err != nil {
 			return err
 		}
-		c.commit = core.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
+		c.commit = engine.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
+		for _, q := range c.queues {
+			q.deliverer.Committer = c.commit
+		}
 		if len(c.queues) > 0 {
 			c.life.Service(func(ctx context.Context) { c.ext.Run(ctx, c.cfg.LeaseDuration/3) })
 		}
 		c.life.OnStop(c.commit.Close)
 		c.startLiveness()
 		if listenCfg != nil {
-			l := &core.Listener{
+			l := &engine.Listener{
 				Config: listenCfg, RetryMax: listenRetryMax, Log: c.log,
 				Wake: func(queue string) {
 					if q, ok := c.queues[queue]; ok {
@@ -153,7 +156,7 @@ func (c *Client) Stop(ctx context.Context) error {
 // finishCtx is the context of a delivery's final write: it survives the
 // delivery's own cancellation but is still bounded.
 func finishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return core.FinishCtx(ctx)
+	return engine.FinishCtx(ctx)
 }
 
 // Sweep recovers expired leases once (the maintenance loop does this every
@@ -269,9 +272,9 @@ func (c *Client) maintain(ctx context.Context) {
 	}
 	sweep, prune := tick(c.cfg.SweepInterval), tick(c.cfg.PruneInterval)
 	// While the database is down each task logs once, at the outage's
-	// start, and once when it works again (core.Outage).
-	sweeps := core.Outage{Log: c.log, What: "sweep"}
-	prunes := core.Outage{Log: c.log, What: "prune"}
+	// start, and once when it works again (engine.Outage).
+	sweeps := engine.Outage{Log: c.log, What: "sweep"}
+	prunes := engine.Outage{Log: c.log, What: "prune"}
 	if sweep != nil {
 		// A backlog of blocked followers enqueued while no client ran is
 		// parked now, not one sweep interval later.

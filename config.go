@@ -5,17 +5,16 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -60,9 +59,9 @@ const (
 	BackoffCapDefault = 300 * time.Second
 	// RetryAfterCap bounds the delay a handler asks for with RetryAfter (a
 	// Retry-After header, a rate-limit reset): a longer delay is cut to
-	// RetryAfterCap, or to BackoffCap when that is larger, so one bad header
-	// cannot park an effect for years.
-	RetryAfterCap = time.Hour
+	// RetryAfterCap (one hour), or to BackoffCap when that is larger, so one
+	// bad header cannot park an effect for years.
+	RetryAfterCap = engine.RetryAfterCap
 	// RowLockLeaseDefault is a queue's row-lock lease when
 	// QueueConfig.RowLockLease is zero (OUTBOX_ROW_LOCK_LEASE): replay-safe
 	// effects are leased by the claim transaction's row lock for up to 50
@@ -79,47 +78,45 @@ const (
 // Delivery.OnComplete), or an error built with Retry, RetryAfter, Permanent or
 // Ambiguous. An unclassified error is a retry for a replay-safe type and
 // ambiguous otherwise. The context ends at the delivery timeout, when the lease
-// is lost, or at a hard stop.
-type Handler func(ctx context.Context, d *Delivery) error
+// is lost, or at a hard stop. Its signature is
+// func(ctx context.Context, d *Delivery) error.
+type Handler = engine.Handler
 
 // TxHandler runs an internal job inside the transaction that marks it
 // completed: its writes and the completion commit together, fenced by the
 // lease. An error rolls the transaction back and is classified like a
-// Handler's.
-type TxHandler func(ctx context.Context, tx pgx.Tx, d *Delivery) error
+// Handler's. Its signature is
+// func(ctx context.Context, tx pgx.Tx, d *Delivery) error.
+type TxHandler = engine.TxHandler
 
 // EffectType registers how an effect type is delivered. Replay safety is
-// decided here, never by the enqueuer.
-type EffectType struct {
-	// Name is the effect_type value, e.g. "github.check_run.create".
-	Name string
-	// ReplaySafe types may be delivered more than once (at-least-once, the
-	// target dedups by key). A type that is not replay-safe gets
-	// delivery_started_at committed before its handler runs, and an unknown
-	// outcome sends it to reconciliation_required, never back to available.
-	ReplaySafe bool
-	// Handler delivers an external effect. Exactly one of Handler and
-	// TxHandler is set.
-	Handler Handler
-	// TxHandler runs an internal job inside its completion transaction.
-	TxHandler TxHandler
-	// Timeout bounds one delivery of this type, overriding the queue's
-	// DeliveryTimeout; it must be below Config.LeaseDuration. Default zero:
-	// the queue's DeliveryTimeout.
-	Timeout time.Duration
-	// OrderingMovesOn chooses what a dead letter of this type does to the
-	// later effects of its ordering key (Effect.OrderingKey): false (the
-	// default, strict) holds them back until the dead letter is replayed
-	// and delivered (or deleted); true lets the key move on, and the dead
-	// letter, if replayed, is delivered after the effects that overtook it.
-	// The choice is per queue: a Client with queues records its types'
-	// choice for each of its queues in the database
-	// (pgoutbox.ordering_choices) when it starts, and so do the NATS relay
-	// and consumer; every claimer, and the operator commands, read it from
-	// there. A start that changes a queue's recorded choice is logged (see
-	// RegisterOrdering): give a type one choice per queue.
-	OrderingMovesOn bool
-}
+// decided here, never by the enqueuer. Its fields:
+//
+//   - Name string: the effect_type value, e.g. "github.check_run.create".
+//   - ReplaySafe bool: types that may be delivered more than once
+//     (at-least-once, the target dedups by key). A type that is not
+//     replay-safe gets delivery_started_at committed before its handler
+//     runs, and an unknown outcome sends it to reconciliation_required,
+//     never back to available.
+//   - Handler Handler: delivers an external effect. Exactly one of Handler
+//     and TxHandler is set.
+//   - TxHandler TxHandler: runs an internal job inside its completion
+//     transaction.
+//   - Timeout time.Duration: bounds one delivery of this type, overriding
+//     the queue's DeliveryTimeout; it must be below Config.LeaseDuration.
+//     Default zero: the queue's DeliveryTimeout.
+//   - OrderingMovesOn bool: what a dead letter of this type does to the
+//     later effects of its ordering key (Effect.OrderingKey): false (the
+//     default, strict) holds them back until the dead letter is replayed
+//     and delivered (or deleted); true lets the key move on, and the dead
+//     letter, if replayed, is delivered after the effects that overtook it.
+//     The choice is per queue: a Client with queues records its types'
+//     choice for each of its queues in the database
+//     (pgoutbox.ordering_choices) when it starts, and so do the NATS relay
+//     and consumer; every claimer, and the operator commands, read it from
+//     there. A start that changes a queue's recorded choice is logged (see
+//     RegisterOrdering): give a type one choice per queue.
+type EffectType = engine.EffectType
 
 // QueueConfig sizes one queue's worker pool.
 type QueueConfig struct {
@@ -398,16 +395,6 @@ func orderingChoice(movesOn bool) string {
 		return "moves on"
 	}
 	return "strict"
-}
-
-// retryBackoff is the delay before retry number attempt+1: 2^attempt
-// seconds with ±10 % jitter, capped at limit. The cap applies after the
-// jitter, so no wait exceeds limit; at the cap the waits spread over
-// [0.9, 1] × limit.
-func retryBackoff(attempt int, limit time.Duration) time.Duration {
-	base := math.Min(math.Pow(2, float64(attempt))*float64(time.Second), float64(limit))
-	jitter := 1 + (rand.Float64()*0.2 - 0.1)
-	return time.Duration(math.Min(base*jitter, float64(limit)))
 }
 
 // minLevel passes on the records of h at min and above: the default Logger,

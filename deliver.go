@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -100,9 +100,7 @@ func (e *RecordError) Unwrap() error { return e.Err }
 
 // Delivered reports whether the handler's work happened before the write
 // failed (the effect must not be assumed undone).
-func (e *RecordError) Delivered() bool {
-	return e.Op == "complete" || e.Op == "commit" || e.Op == "reconcile"
-}
+func (e *RecordError) Delivered() bool { return engine.Op(e.Op).Delivered() }
 
 // Deliver delivers the leased effect with t's handler, as a Client does:
 // for a type that is not replay-safe it first commits that delivery starts,
@@ -132,11 +130,11 @@ func (l *Lease) Deliver(ctx context.Context, pool *pgxpool.Pool, t EffectType, o
 	if backoffCap <= 0 {
 		backoffCap = BackoffCapDefault
 	}
-	j := jobOf(t, &l.Delivery, timeout)
+	j := engine.JobOf(t, &l.Delivery, timeout)
 	j.Fence = l.fence
 	if opts.HandBack != nil {
-		j.Retry = func(ctx context.Context, r core.Route, herr error, stopping bool) (bool, bool, error) {
-			handled, err := opts.HandBack(ctx, Failure{Err: herr, Outcome: Outcome(r.Outcome),
+		j.Retry = func(ctx context.Context, r engine.Route, herr error, stopping bool) (bool, bool, error) {
+			handled, err := opts.HandBack(ctx, Failure{Err: herr, Outcome: r.Outcome,
 				Retry: r.Kind == store.FailRetry, Delay: r.Delay, Stopping: stopping})
 			switch {
 			case !handled:
@@ -147,26 +145,21 @@ func (l *Lease) Deliver(ctx context.Context, pool *pgxpool.Pool, t EffectType, o
 			return true, true, err
 		}
 	}
-	d := core.Deliverer{
-		Pool: pool, Route: func(herr error, replaySafe bool, attempt int) core.Route {
-			return routeOf(herr, replaySafe, attempt, backoffCap)
-		},
-		Transient: transient, Shutdown: opts.Stopping,
-	}
+	d := engine.Deliverer{Pool: pool, BackoffCap: backoffCap, Shutdown: opts.Stopping}
 	if opts.Completer != nil {
-		d.Commit = opts.Completer.c.Complete
+		d.Committer = opts.Completer.c
 	}
 	r := d.Run(ctx, j)
-	res := DeliverResult{Outcome: Outcome(r.Outcome), Err: r.Err, ReplaySafe: j.ReplaySafe, HandedBack: r.HandedBack, Lag: r.Lag}
+	res := DeliverResult{Outcome: r.Outcome, Err: r.Err, ReplaySafe: j.ReplaySafe, HandedBack: r.HandedBack, Lag: r.Lag}
 	switch r.Status {
-	case core.Completed:
+	case engine.Completed:
 		res.State = StateCompleted
-	case core.Failed:
-		res.State = State(r.State)
-	case core.LeaseLost:
-		return res, leaseLost(r.Op, l.ID)
+	case engine.Failed:
+		res.State = r.State
+	case engine.LeaseLost:
+		return res, leaseLost(string(r.Op), l.ID)
 	default: // WriteFailed, Unrecorded
-		return res, &RecordError{Op: r.Op, Err: r.WriteErr}
+		return res, &RecordError{Op: string(r.Op), Err: r.WriteErr}
 	}
 	return res, nil
 }
@@ -175,7 +168,7 @@ func (l *Lease) Deliver(ctx context.Context, pool *pgxpool.Pool, t EffectType, o
 // (*Lease).Deliver (DeliverOptions.Completer): each of its two committers
 // completes whatever completions are queued, up to its batch, in one
 // statement, as a Client does (Config.CompletionBatch).
-type Completer struct{ c *core.Committer }
+type Completer struct{ c *engine.Committer }
 
 // NewCompleter starts a Completer of at most batch completions per
 // statement on db; batch ≤ 0 means CompletionBatchDefault. Close it once
@@ -184,7 +177,7 @@ func NewCompleter(db DB, batch int) *Completer {
 	if batch <= 0 {
 		batch = CompletionBatchDefault
 	}
-	return &Completer{c: core.StartCommitter(db, batch, 2)}
+	return &Completer{c: engine.StartCommitter(db, batch, 2)}
 }
 
 // Close commits what is queued and stops the Completer; it must not be
@@ -195,8 +188,8 @@ func (c *Completer) Close() { c.c.Close() }
 // statement per tick, as a Client's extender does: a delivery whose lease
 // was lost is cancelled with cause ErrLeaseLost.
 type LeaseKeeper struct {
-	leases core.Leases
-	ext    core.Extender
+	leases engine.Leases
+	ext    engine.Extender
 }
 
 // NewLeaseKeeper returns a LeaseKeeper that extends each held lease to
@@ -206,7 +199,7 @@ func NewLeaseKeeper(db DB, lease time.Duration, log *slog.Logger) *LeaseKeeper {
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &LeaseKeeper{}
-	k.ext = core.Extender{DB: db, Leases: &k.leases, Lease: lease, LostCause: ErrLeaseLost, Log: log}
+	k.ext = engine.Extender{DB: db, Leases: &k.leases, Lease: lease, LostCause: ErrLeaseLost, Log: log}
 	return k
 }
 
@@ -214,7 +207,7 @@ func NewLeaseKeeper(db DB, lease time.Duration, log *slog.Logger) *LeaseKeeper {
 // when the lease is lost, and kept (when not nil) after each extension
 // that kept it (a broker consumer's in-progress acknowledgement).
 func (k *LeaseKeeper) Hold(l *Lease, cancel context.CancelCauseFunc, kept func()) {
-	k.leases.Put(&core.Held{Fence: l.fence, Cancel: cancel, Kept: kept})
+	k.leases.Put(&engine.Held{Fence: l.fence, Cancel: cancel, Kept: kept})
 }
 
 // Drop stops extending l.

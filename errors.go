@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 )
 
 // ErrLeaseLost is returned (wrapped) when a fenced complete, fail or extend
@@ -78,84 +80,51 @@ func (e *InvalidEffectError) Error() string {
 // Is makes errors.Is(err, ErrInvalidEffect) true.
 func (e *InvalidEffectError) Is(target error) bool { return target == ErrInvalidEffect }
 
-// Outcome is how a delivery ended, as classified from a handler's error.
-type Outcome string
+// Outcome is how a delivery ended, as classified from a handler's error
+// (the engine's type, as the root names it).
+type Outcome = engine.Outcome
 
 // Delivery outcomes (docs/design.md, "Delivery outcomes").
 const (
 	// OutcomeSuccess: delivered; the effect is completed.
-	OutcomeSuccess Outcome = "success"
+	OutcomeSuccess = engine.OutcomeSuccess
 	// OutcomeRetry: a transient failure; nothing was delivered. Retried with
 	// backoff until max attempts, then dead-lettered.
-	OutcomeRetry Outcome = "retry"
+	OutcomeRetry = engine.OutcomeRetry
 	// OutcomeRetryAfter: like retry, no earlier than the given delay.
-	OutcomeRetryAfter Outcome = "retry_after"
+	OutcomeRetryAfter = engine.OutcomeRetryAfter
 	// OutcomePermanent: dead-letter now.
-	OutcomePermanent Outcome = "permanent"
+	OutcomePermanent = engine.OutcomePermanent
 	// OutcomeAmbiguous: the request may have been processed. A retry for a
 	// replay-safe effect type; reconciliation_required otherwise.
-	OutcomeAmbiguous Outcome = "ambiguous"
+	OutcomeAmbiguous = engine.OutcomeAmbiguous
 	// OutcomeLeaseLost: the worker no longer held the lease when it tried to
 	// record the outcome; nothing was written.
-	OutcomeLeaseLost Outcome = "lease_lost"
+	OutcomeLeaseLost = engine.OutcomeLeaseLost
 )
 
 // OutcomeError carries a handler's classification of a failure. Build it
-// with Retry, RetryAfter, Permanent or Ambiguous.
-type OutcomeError struct {
-	// Outcome is the classification.
-	Outcome Outcome
-	// After is the delay asked for with RetryAfter; zero for the others.
-	After time.Duration
-	// Err is the handler's error, recorded as the effect's last_error.
-	Err error
-}
-
-func (e *OutcomeError) Error() string {
-	msg := "<nil>"
-	if e.Err != nil {
-		msg = e.Err.Error()
-	}
-	if e.Outcome == OutcomeRetryAfter {
-		return fmt.Sprintf("%s (retry after %s)", msg, e.After)
-	}
-	return fmt.Sprintf("%s (%s)", msg, e.Outcome)
-}
-
-func (e *OutcomeError) Unwrap() error { return e.Err }
+// with Retry, RetryAfter, Permanent or Ambiguous. Its fields: Outcome (the
+// classification), After (the delay asked for with RetryAfter; zero for the
+// others) and Err (the handler's error, recorded as the effect's
+// last_error, and what Unwrap returns).
+type OutcomeError = engine.OutcomeError
 
 // Retry classifies err as transient with nothing delivered: the effect is
 // retried with backoff. For a non-replay-safe effect it asserts that the
 // request was not sent, so the effect may be sent again. A plain (unclassified)
 // error is a retry for replay-safe types and ambiguous for the others.
-func Retry(err error) error { return &OutcomeError{Outcome: OutcomeRetry, Err: err} }
+func Retry(err error) error { return engine.Retry(err) }
 
 // RetryAfter is Retry no earlier than d from now (database clock), or later
 // if the backoff is longer. Use it for Retry-After and rate-limit resets.
-func RetryAfter(d time.Duration, err error) error {
-	return &OutcomeError{Outcome: OutcomeRetryAfter, After: d, Err: err}
-}
+func RetryAfter(d time.Duration, err error) error { return engine.RetryAfter(d, err) }
 
 // Permanent classifies err as a permanent failure: the effect is
 // dead-lettered now, whatever attempts remain.
-func Permanent(err error) error { return &OutcomeError{Outcome: OutcomePermanent, Err: err} }
+func Permanent(err error) error { return engine.Permanent(err) }
 
 // Ambiguous says the request may have been processed (a timeout or reset
 // after sending, a 5xx to a non-idempotent call, a malformed 2xx). A
 // replay-safe effect is retried; any other goes to reconciliation_required.
-func Ambiguous(err error) error { return &OutcomeError{Outcome: OutcomeAmbiguous, Err: err} }
-
-// classify maps a handler's error to an outcome for an effect type.
-func classify(err error, replaySafe bool) (Outcome, time.Duration) {
-	if err == nil {
-		return OutcomeSuccess, 0
-	}
-	var oe *OutcomeError
-	if errors.As(err, &oe) {
-		return oe.Outcome, oe.After
-	}
-	if replaySafe {
-		return OutcomeRetry, 0
-	}
-	return OutcomeAmbiguous, 0
-}
+func Ambiguous(err error) error { return engine.Ambiguous(err) }

@@ -2,7 +2,6 @@ package pgoutbox
 
 import (
 	"context"
-	"time"
 )
 
 // Unexported engine timings and helpers, exported to this package's external
@@ -12,9 +11,6 @@ const (
 	ClaimRetryInitial = claimRetryInitial
 	ClaimRetryMax     = claimRetryMax
 )
-
-// Backoff is retryBackoff, for TestBackoff.
-func Backoff(attempt int, limit time.Duration) time.Duration { return retryBackoff(attempt, limit) }
 
 // ExtendLeasesNow runs one pass of the client's lease extender now.
 func (c *Client) ExtendLeasesNow(ctx context.Context) { c.extendLeases(ctx) }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 )
 
 // WorkerHeartbeat keeps a worker process's row in pgoutbox.workers, the
@@ -38,7 +38,7 @@ type WorkerHeartbeat struct {
 
 // Run beats now and every Interval until ctx ends, then deletes the row.
 func (h *WorkerHeartbeat) Run(ctx context.Context) {
-	hb := core.Heartbeat{DB: h.Pool, ID: h.ID, Interval: h.Interval, Log: h.Log, Queues: h.Queues, Started: h.Started}
+	hb := engine.Heartbeat{DB: h.Pool, ID: h.ID, Interval: h.Interval, Log: h.Log, Queues: h.Queues, Started: h.Started}
 	if hb.Interval <= 0 {
 		hb.Interval = HeartbeatIntervalDefault
 	}

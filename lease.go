@@ -5,29 +5,31 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
-// State is an effect's state (docs/design.md, "States").
-type State string
+// State is an effect's state (docs/design.md, "States"; the engine's type,
+// as the root names it).
+type State = engine.State
 
 // Effect states.
 const (
 	// StateAvailable: waiting to be claimed, now or at its available_at
 	// (a new effect, or one retrying after a backoff).
-	StateAvailable State = "available"
+	StateAvailable = engine.StateAvailable
 	// StateLeased: claimed by a worker (or handed to a broker) under a
 	// lease that a sweeper recovers once it expires.
-	StateLeased State = "leased"
+	StateLeased = engine.StateLeased
 	// StateCompleted: delivered; pruned after Config.CompletedRetention.
-	StateCompleted State = "completed"
+	StateCompleted = engine.StateCompleted
 	// StateDeadLetter: failed permanently or ran out of attempts; kept until
 	// an operator replays it (pgoutbox dlq).
-	StateDeadLetter State = "dead_letter"
+	StateDeadLetter = engine.StateDeadLetter
 	// StateReconciliationRequired: a delivery of a type that is not
 	// replay-safe started and its outcome is unknown; kept until an
 	// operator calls Resolve.
-	StateReconciliationRequired State = "reconciliation_required"
+	StateReconciliationRequired = engine.StateReconciliationRequired
 )
 
 // Lease is an effect claimed through the manual API (ClaimLeases, or
@@ -96,8 +98,8 @@ func (l *Lease) MarkStarted(ctx context.Context, db DB) error {
 // Retry, RetryAfter, Permanent, Ambiguous) for an effect type of the given
 // replay safety, with backoff capped at backoffCap, and returns the new state.
 func (l *Lease) Fail(ctx context.Context, db DB, herr error, replaySafe bool, backoffCap time.Duration) (State, error) {
-	kind, delay := failRoute(herr, replaySafe, l.Attempt, backoffCap)
-	state, found, err := store.Fail(ctx, db, l.fence, kind, delay, herr.Error())
+	r := engine.RouteOf(herr, replaySafe, l.Attempt, backoffCap)
+	state, found, err := store.Fail(ctx, db, l.fence, r.Kind, r.Delay, herr.Error())
 	if err != nil {
 		return "", fmt.Errorf("pgoutbox: fail: %w", err)
 	}
@@ -117,24 +119,4 @@ func (l *Lease) Extend(ctx context.Context, db DB, d time.Duration) error {
 		return leaseLost("extend", l.ID)
 	}
 	return nil
-}
-
-// failRoute maps a handler error to where the effect goes and after what
-// delay: retry with backoff (Retry-After wins when later, up to
-// RetryAfterCap or backoffCap, whichever is larger), dead letter,
-// or reconciliation for an ambiguous non-replay-safe effect.
-func failRoute(herr error, replaySafe bool, attempt int, backoffCap time.Duration) (store.FailKind, time.Duration) {
-	outcome, after := classify(herr, replaySafe)
-	kind, delay := store.FailRetry, retryBackoff(attempt, backoffCap)
-	switch outcome {
-	case OutcomeRetryAfter:
-		delay = max(delay, min(after, max(RetryAfterCap, backoffCap)))
-	case OutcomePermanent:
-		kind = store.FailDeadLetter
-	case OutcomeAmbiguous:
-		if !replaySafe {
-			kind = store.FailReconcile
-		}
-	}
-	return kind, delay
 }

@@ -262,23 +262,6 @@ func TestLeaseExtensionKeepsLongDeliveriesAndCancelsLostOnes(t *testing.T) {
 	}
 }
 
-// Backoff is 2^attempt s ±10 %, and the cap bounds the jittered wait: no
-// wait exceeds it (defect 7 of issue #11: the jitter was added after the
-// cap, so waits reached 330 s).
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	const limit = 300 * time.Second
-	for attempt, want := range map[int]time.Duration{1: 2 * time.Second, 3: 8 * time.Second, 8: 256 * time.Second, 9: 300 * time.Second, 20: 300 * time.Second} {
-		high := min(want*11/10, limit)
-		for range 1000 {
-			got := pgoutbox.Backoff(attempt, limit)
-			if got < want*9/10 || got > high {
-				t.Fatalf("Backoff(%d) = %s, want %s ±10%% and at most the cap %s", attempt, got, want, limit)
-			}
-		}
-	}
-}
-
 // A slow internal job holds its row lock (the fenced completion) while its
 // TxHandler runs. The lease extension must not wait for that transaction:
 // it extends every other lease at once and leaves the job's row, which its

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 )
 
 // ListenRetryMaxDefault is EnqueueListener.RetryMax's default.
@@ -36,7 +36,7 @@ type EnqueueListener struct {
 
 // Run listens until ctx ends.
 func (l *EnqueueListener) Run(ctx context.Context) {
-	cl := core.Listener{Config: l.Config, RetryMax: l.RetryMax, Wake: l.Wake, WakeAll: l.WakeAll, Log: l.Log}
+	cl := engine.Listener{Config: l.Config, RetryMax: l.RetryMax, Wake: l.Wake, WakeAll: l.WakeAll, Log: l.Log}
 	if cl.RetryMax <= 0 {
 		cl.RetryMax = ListenRetryMaxDefault
 	}

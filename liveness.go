@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
 )
 
@@ -22,7 +22,7 @@ func (c *Client) startLiveness() {
 		return
 	}
 	names := slices.Sorted(maps.Keys(c.queues))
-	c.beat = &core.Heartbeat{DB: c.pool, ID: c.cfg.ID, Interval: c.cfg.HeartbeatInterval, Log: c.log, Started: time.Now(),
+	c.beat = &engine.Heartbeat{DB: c.pool, ID: c.cfg.ID, Interval: c.cfg.HeartbeatInterval, Log: c.log, Started: time.Now(),
 		Queues: func() ([]string, []int32, int) {
 			conc, inFlight := make([]int32, len(names)), 0
 			for i, name := range names {

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -225,12 +225,12 @@ func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType,
 	defer it.cancel(nil)
 	freeSlot := q.slotReleaser()
 	defer freeSlot()
-	j := jobOf(t, it.d, q.timeout(t))
+	j := engine.JobOf(t, it.d, q.timeout(t))
 	err := q.deliverer.Handle(ctx, j)
 	b.mu.Lock()
 	delete(b.running, cl.ID)
 	if !b.closing {
-		if err == nil && len(it.d.onComplete) == 0 {
+		if err == nil && len(engine.Transitions(it.d)) == 0 {
 			b.done = append(b.done, it.d)
 			b.mu.Unlock()
 			freeSlot()
@@ -256,7 +256,7 @@ func (b *lockBatch) deliver(ctx context.Context, cl store.Claimed, t EffectType,
 	it.d.Attempt, it.d.LeaseToken = lease.Attempt, lease.Token.String()
 	j.Fence = store.Fence{ID: cl.ID, Token: lease.Token, Type: cl.Type}
 	j.Attempt, j.HandlerDone = lease.Attempt, freeSlot
-	q.c.leases.Put(&core.Held{Fence: j.Fence, Cancel: it.cancel})
+	q.c.leases.Put(&engine.Held{Fence: j.Fence, Cancel: it.cancel})
 	defer q.c.leases.Delete(j.Fence)
 	q.report(it.d, q.deliverer.Settle(ctx, j, err))
 }
@@ -306,7 +306,7 @@ func (b *lockBatch) close() {
 	for id, it := range b.running {
 		if l, ok := b.leases[id]; ok {
 			// Still running: extended with the other durable leases from now on.
-			q.c.leases.Put(&core.Held{Fence: store.Fence{ID: id, Token: l.Token, Type: it.d.Type}, Cancel: it.cancel})
+			q.c.leases.Put(&engine.Held{Fence: store.Fence{ID: id, Token: l.Token, Type: it.d.Type}, Cancel: it.cancel})
 		} else {
 			it.cancel(ErrLeaseLost)
 		}
@@ -317,7 +317,7 @@ func (b *lockBatch) close() {
 	for _, d := range done {
 		// A batch that did not commit lost its locks, i.e. its leases.
 		if lag, ok := completed[d.ID]; ok {
-			q.report(d, core.Report{Status: core.Completed, Outcome: core.OutcomeSuccess, Lag: lag})
+			q.report(d, engine.Report{Status: engine.Completed, Outcome: engine.OutcomeSuccess, Lag: lag})
 		} else if b.lost {
 			q.lostUnlogged(d)
 		} else {

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 )
 
 // Tracing (docs/operations.md, "Tracing") follows OpenTelemetry's messaging
@@ -31,8 +33,6 @@ const MessagingSystem = "pgoutbox"
 const (
 	attrEffectType = attribute.Key("pgoutbox.effect.type")
 	attrAttempt    = attribute.Key("pgoutbox.attempt")
-	attrOutcome    = attribute.Key("pgoutbox.outcome")
-	attrState      = attribute.Key("pgoutbox.state")
 )
 
 // w3c reads and writes the traceparent header; the effect row keeps W3C's
@@ -115,7 +115,7 @@ func spanContextOf(traceparent string) trace.SpanContext {
 }
 
 // deliverySpan starts d's consumer span "process <queue>" in ctx and keeps it
-// in d, for endSpan. The first attempt is a child of the enqueue's span (the
+// in d, for engine.EndSpan. The first attempt is a child of the enqueue's span (the
 // stored traceparent); a later one starts a trace of its own, so that
 // retries hours apart are not one long trace. Every attempt links to the
 // enqueue's span (the conventions' creation context).
@@ -136,28 +136,6 @@ func (c *Client) deliverySpan(ctx context.Context, d *Delivery, traceparent stri
 			semconv.MessagingDestinationName(d.Queue), semconv.MessagingMessageID(strconv.FormatInt(d.ID, 10)),
 			attrEffectType.String(d.Type), attrAttempt.Int(d.Attempt))
 	}
-	d.span = span
+	engine.SetSpan(d, span)
 	return ctx
-}
-
-// endSpan ends d's consumer span, if it has one, with the delivery's outcome
-// and the state it left the effect in ("" when unknown). Only the first
-// call ends it.
-func (d *Delivery) endSpan(o Outcome, state string) {
-	span := d.span
-	if span == nil {
-		return
-	}
-	d.span = nil
-	if span.IsRecording() {
-		span.SetAttributes(attrOutcome.String(string(o)))
-		if state != "" {
-			span.SetAttributes(attrState.String(state))
-		}
-		if o != OutcomeSuccess {
-			span.SetAttributes(semconv.ErrorTypeKey.String(string(o)))
-			span.SetStatus(codes.Error, string(o))
-		}
-	}
-	span.End()
 }

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 )
 
 // BenchmarkDeliverySpan measures what tracing adds to one delivery: its
@@ -37,7 +39,7 @@ func BenchmarkDeliverySpan(b *testing.B) {
 			for range b.N {
 				d := &Delivery{ID: 1, Queue: "bulk", Type: "noop", Attempt: 1}
 				_ = c.client.deliverySpan(ctx, d, c.parent)
-				d.endSpan(OutcomeSuccess, "completed")
+				engine.EndSpan(d, OutcomeSuccess, StateCompleted)
 				exp.Reset()
 			}
 		})

@@ -2,14 +2,12 @@ package pgoutbox
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -35,7 +33,7 @@ type queueWorker struct {
 	dueAt atomic.Int64
 	rearm chan struct{}
 
-	deliverer core.Deliverer
+	deliverer engine.Deliverer
 }
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
@@ -45,14 +43,14 @@ func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 		freed: make(chan struct{}, 1),
 		rearm: make(chan struct{}, 1),
 	}
-	q.deliverer = core.Deliverer{
-		Pool: c.pool, Commit: q.commit, Route: c.route, Transient: transient,
-		Shutdown: errShutdown,
+	q.deliverer = engine.Deliverer{
+		Pool: c.pool, BackoffCap: c.cfg.BackoffCap, Shutdown: errShutdown,
+		Pending: &q.pending, Freed: q.freed, // Committer: set by Start
 	}
 	return q
 }
 
-func signal(ch chan struct{}) { core.Signal(ch) }
+func signal(ch chan struct{}) { engine.Signal(ch) }
 
 // run claims while there are free slots and claimable effects, then waits for
 // a NOTIFY, a freed slot, the next due time or the poll interval (poll.go).
@@ -194,7 +192,7 @@ func (q *queueWorker) start(cl store.Claimed) {
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
 	fence := cl.Fence()
-	q.c.leases.Put(&core.Held{Fence: fence, Cancel: cancel})
+	q.c.leases.Put(&engine.Held{Fence: fence, Cancel: cancel})
 	q.inflight.Add(1)
 	q.c.life.AddDelivery()
 	go func() {
@@ -236,90 +234,44 @@ func (q *queueWorker) timeout(t EffectType) time.Duration {
 }
 
 // job is the core job that delivers d under fence.
-func (q *queueWorker) job(d *Delivery, fence store.Fence, handlerDone func()) *core.Job {
+func (q *queueWorker) job(d *Delivery, fence store.Fence, handlerDone func()) *engine.Job {
 	t := q.c.types[d.Type]
-	j := jobOf(t, d, q.timeout(t))
+	j := engine.JobOf(t, d, q.timeout(t))
 	j.Fence, j.HandlerDone = fence, handlerDone
 	return j
 }
 
-// jobOf is the core job that delivers d with t (the zero EffectType: not
-// registered, a retry) within timeout.
-func jobOf(t EffectType, d *Delivery, timeout time.Duration) *core.Job {
-	j := &core.Job{
-		Attempt: d.Attempt, MaxAttempts: d.MaxAttempts, ReplaySafe: t.ReplaySafe, Timeout: timeout,
-		Transitions: func() []core.TxFunc { return d.onComplete },
-	}
-	switch {
-	case t.TxHandler != nil:
-		j.ReplaySafe = true // its writes commit with its completion or not at all
-		j.TxHandler = func(ctx context.Context, tx pgx.Tx) error { return t.TxHandler(ctx, tx, d) }
-	case t.Handler != nil:
-		j.Handler = func(ctx context.Context) error { return t.Handler(ctx, d) }
-	default:
-		err := Retry(fmt.Errorf("no handler registered for effect type %q", d.Type))
-		j.ReplaySafe = true
-		j.Handler = func(context.Context) error { return err }
-	}
-	return j
-}
-
-// transient marks an engine error as a retry.
-func transient(err error) error { return Retry(err) }
-
-// route classifies a handler's error for the core deliverer.
-func (c *Client) route(herr error, replaySafe bool, attempt int) core.Route {
-	return routeOf(herr, replaySafe, attempt, c.cfg.BackoffCap)
-}
-
-// routeOf classifies herr and routes it with backoff capped at backoffCap.
-func routeOf(herr error, replaySafe bool, attempt int, backoffCap time.Duration) core.Route {
-	outcome, _ := classify(herr, replaySafe)
-	kind, delay := failRoute(herr, replaySafe, attempt, backoffCap)
-	return core.Route{Outcome: string(outcome), Kind: kind, Delay: delay}
-}
-
-// commit group-commits one completion, counting it as pending meanwhile
-// (the claim loop's backpressure).
-func (q *queueWorker) commit(f store.Fence) core.Committed {
-	q.pending.Add(1)
-	res := q.c.commit.Complete(f)
-	q.pending.Add(-1)
-	signal(q.freed)
-	return res
-}
-
 // report turns the end of a delivery into metrics, logs and events.
-func (q *queueWorker) report(d *Delivery, r core.Report) {
-	outcome := Outcome(r.Outcome)
+func (q *queueWorker) report(d *Delivery, r engine.Report) {
+	outcome := r.Outcome
 	switch r.Status {
-	case core.Completed:
+	case engine.Completed:
 		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeSuccess)).Inc()
 		q.c.m.lag.WithLabelValues(d.Queue, d.Type).Observe(r.Lag.Seconds())
-		q.event(d, OutcomeSuccess, "completed", nil)
-	case core.LeaseLost:
+		q.event(d, OutcomeSuccess, StateCompleted, nil)
+	case engine.LeaseLost:
 		q.leaseLost(d, r.Op)
-	case core.Unrecorded:
-		d.endSpan(OutcomeSuccess, "")
+	case engine.Unrecorded:
+		engine.EndSpan(d, OutcomeSuccess, "")
 		q.c.log.Error("completion commit failed; the lease will expire and the effect be recovered",
 			"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
-	case core.WriteFailed:
+	case engine.WriteFailed:
 		switch r.Op {
-		case "complete":
+		case engine.OpComplete:
 			q.c.log.Error("complete failed; the lease will expire and the effect be recovered",
 				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
 			q.event(d, OutcomeSuccess, "", r.WriteErr)
-		case "reconcile":
+		case engine.OpReconcile:
 			q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeAmbiguous)).Inc()
 			q.c.log.Error("delivered but the completion transition failed, and so did moving it to reconciliation_required; left for the sweeper",
 				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.Err, "reconcile_err", r.WriteErr)
-			q.event(d, OutcomeAmbiguous, "leased", r.Err)
+			q.event(d, OutcomeAmbiguous, StateLeased, r.Err)
 		default:
 			q.c.log.Error("recording a failed delivery failed; the lease will expire and the effect be recovered",
 				"effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type, "err", r.WriteErr)
 			q.event(d, outcome, "", r.Err)
 		}
-	case core.Failed:
+	case engine.Failed:
 		q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(outcome)).Inc()
 		if r.Reconciled {
 			q.c.log.Error("delivered but the completion transition failed; moved to reconciliation_required",
@@ -327,7 +279,7 @@ func (q *queueWorker) report(d *Delivery, r core.Report) {
 			q.event(d, outcome, r.State, r.Err)
 			return
 		}
-		if r.State == "available" {
+		if r.State == StateAvailable {
 			q.noteDue(r.Delay) // wake when the retry falls due, not at the next poll
 		}
 		q.c.log.Warn("delivery failed", "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type,
@@ -336,16 +288,16 @@ func (q *queueWorker) report(d *Delivery, r core.Report) {
 	}
 }
 
-func (q *queueWorker) event(d *Delivery, o Outcome, state string, err error) {
-	d.endSpan(o, state)
-	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: State(state)}
+func (q *queueWorker) event(d *Delivery, o Outcome, state State, err error) {
+	engine.EndSpan(d, o, state)
+	e := Event{EffectID: d.ID, Queue: d.Queue, Type: d.Type, Attempt: d.Attempt, Outcome: o, State: state}
 	if err != nil {
 		e.Err = err.Error()
 	}
 	q.c.emit(e)
 }
 
-func (q *queueWorker) leaseLost(d *Delivery, op string) {
+func (q *queueWorker) leaseLost(d *Delivery, op engine.Op) {
 	q.c.log.Warn("lease lost; nothing written", "op", op, "effect_id", d.ID, "queue", d.Queue, "effect_type", d.Type)
 	q.lostUnlogged(d)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -174,12 +174,12 @@ func NewSampler(db store.DBTX, stats *StatsCache, src Source, cfg SamplerConfig)
 }
 
 // Run samples every interval until ctx ends, then returns nil. A failure
-// is logged once per outage (core.Outage) and the next interval tries
+// is logged once per outage (engine.Outage) and the next interval tries
 // again.
 func (s *Sampler) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	out := core.Outage{Log: s.cfg.Logger, What: "writing the aggregate samples"}
+	out := engine.Outage{Log: s.cfg.Logger, What: "writing the aggregate samples"}
 	for {
 		select {
 		case <-ctx.Done():

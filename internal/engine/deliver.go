@@ -1,23 +1,16 @@
-package core
+package engine
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox/internal/store"
-)
-
-// Outcome names shared with the root package's Outcome values.
-const (
-	OutcomeSuccess   = "success"
-	OutcomeRetry     = "retry"
-	OutcomeAmbiguous = "ambiguous"
-	OutcomeLeaseLost = "lease_lost"
 )
 
 // FinishTimeout bounds a delivery's final write.
@@ -59,14 +52,30 @@ type Job struct {
 	Retry func(ctx context.Context, r Route, herr error, stopping bool) (handled, found bool, err error)
 }
 
-// Route is where a failed delivery goes.
-type Route struct {
-	// Outcome is the classified outcome (the root package's Outcome).
-	Outcome string
-	// Kind and Delay are the store.Fail arguments.
-	Kind  store.FailKind
-	Delay time.Duration
-}
+// Op names a delivery's fenced write, in reports and errors.
+type Op string
+
+// The fenced writes of a delivery.
+const (
+	// OpMarkStarted commits delivery_started_at before the handler runs.
+	OpMarkStarted Op = "mark started"
+	// OpComplete completes the effect.
+	OpComplete Op = "complete"
+	// OpCommit commits a completion transaction.
+	OpCommit Op = "commit"
+	// OpFail records a failure (retry, dead letter, reconciliation).
+	OpFail Op = "fail"
+	// OpReconcile moves a delivered effect whose completion transition
+	// failed to reconciliation_required.
+	OpReconcile Op = "reconcile"
+	// OpHandBack hands a failure back to a broker (Job.Retry).
+	OpHandBack Op = "hand back"
+)
+
+// Delivered reports whether the handler's work had happened when op was
+// written: a failure of such a write must not be taken for an undone
+// effect.
+func (op Op) Delivered() bool { return op == OpComplete || op == OpCommit || op == OpReconcile }
 
 // Status says how a delivery ended.
 type Status int
@@ -91,9 +100,9 @@ const (
 type Report struct {
 	Status Status
 	// Outcome is the classified outcome (OutcomeLeaseLost for LeaseLost).
-	Outcome string
+	Outcome Outcome
 	// State is the effect's state after Failed.
-	State string
+	State State
 	// Lag is commit → completion for Completed.
 	Lag time.Duration
 	// Err is the handler's (or the engine's) error.
@@ -101,9 +110,8 @@ type Report struct {
 	// WriteErr is the error of the write that failed (WriteFailed,
 	// Unrecorded).
 	WriteErr error
-	// Op names the fenced write: "complete", "fail", "reconcile",
-	// "mark started", "hand back".
-	Op string
+	// Op names the fenced write.
+	Op Op
 	// Delay is the retry's backoff for Failed.
 	Delay time.Duration
 	// Reconciled: delivered, but the completion transition failed, and
@@ -118,12 +126,16 @@ type Report struct {
 type Deliverer struct {
 	// Pool runs the engine's statements.
 	Pool *pgxpool.Pool
-	// Commit completes one effect; nil completes it in its own statement.
-	Commit func(store.Fence) Committed
-	// Route classifies a handler's error.
-	Route func(err error, replaySafe bool, attempt int) Route
-	// Transient marks an engine error as a transient failure (a retry).
-	Transient func(error) error
+	// Committer group-commits a completion; nil completes it in its own
+	// statement.
+	Committer *Committer
+	// Pending, when set, counts the completions waiting for the
+	// Committer (a claim loop's backpressure), and Freed is signalled
+	// after each.
+	Pending *atomic.Int64
+	Freed   chan struct{}
+	// BackoffCap caps a retry's backoff (RouteOf).
+	BackoffCap time.Duration
 	// Shutdown is the cancellation cause of a delivery interrupted by
 	// Stop: a retry or an ambiguous outcome is then released at once.
 	Shutdown error
@@ -141,10 +153,10 @@ func (e *Deliverer) Run(ctx context.Context, j *Job) Report {
 		// sent: a crash from here on is routed to reconciliation_required.
 		found, err := store.MarkStarted(ctx, e.Pool, j.Fence)
 		if err != nil {
-			return e.fail(ctx, j, e.Transient(fmt.Errorf("record delivery start: %w", err)), false)
+			return e.fail(ctx, j, Transient(fmt.Errorf("record delivery start: %w", err)), false)
 		}
 		if !found {
-			return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "mark started"}
+			return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: OpMarkStarted}
 		}
 	}
 	return e.Settle(ctx, j, e.Handle(ctx, j))
@@ -169,8 +181,8 @@ func (e *Deliverer) Settle(ctx context.Context, j *Job, herr error) Report {
 		j.HandlerDone()
 	}
 	var c Committed
-	if e.Commit != nil {
-		c = e.Commit(j.Fence)
+	if e.Committer != nil {
+		c = e.commit(j.Fence)
 	} else {
 		fctx, cancel := FinishCtx(ctx)
 		var done store.FencesCompleted
@@ -180,11 +192,23 @@ func (e *Deliverer) Settle(ctx context.Context, j *Job, herr error) Report {
 	}
 	switch {
 	case c.Err != nil:
-		return Report{Status: WriteFailed, Outcome: OutcomeSuccess, Op: "complete", WriteErr: c.Err}
+		return Report{Status: WriteFailed, Outcome: OutcomeSuccess, Op: OpComplete, WriteErr: c.Err}
 	case !c.OK:
-		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "complete"}
+		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: OpComplete}
 	}
 	return Report{Status: Completed, Outcome: OutcomeSuccess, Lag: c.Lag}
+}
+
+// commit group-commits one completion, counted as pending meanwhile.
+func (e *Deliverer) commit(f store.Fence) Committed {
+	if e.Pending == nil {
+		return e.Committer.Complete(f)
+	}
+	e.Pending.Add(1)
+	c := e.Committer.Complete(f)
+	e.Pending.Add(-1)
+	Signal(e.Freed)
+	return c
 }
 
 func (e *Deliverer) transitions(j *Job) []TxFunc {
@@ -228,7 +252,7 @@ func (e *Deliverer) completeTx(ctx context.Context, j *Job) Report {
 	}
 	lag, ok := done[j.Fence]
 	if !ok {
-		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "complete"}
+		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: OpComplete}
 	}
 	if job {
 		if err := Call(tctx, func(ctx context.Context) error { return j.TxHandler(ctx, tx) }); err != nil {
@@ -250,7 +274,7 @@ func (e *Deliverer) completeTx(ctx context.Context, j *Job) Report {
 	cctx, ccancel := FinishCtx(ctx)
 	defer ccancel()
 	if err := tx.Commit(cctx); err != nil {
-		return Report{Status: Unrecorded, Outcome: OutcomeAmbiguous, Op: "commit", WriteErr: fmt.Errorf("completion commit: %w", err)}
+		return Report{Status: Unrecorded, Outcome: OutcomeAmbiguous, Op: OpCommit, WriteErr: fmt.Errorf("completion commit: %w", err)}
 	}
 	return Report{Status: Completed, Outcome: OutcomeSuccess, Lag: lag}
 }
@@ -264,7 +288,7 @@ func (e *Deliverer) completeTx(ctx context.Context, j *Job) Report {
 // outcomes").
 func (e *Deliverer) afterTxFailure(ctx context.Context, j *Job, err error) Report {
 	if j.ReplaySafe || j.TxHandler != nil {
-		return e.fail(ctx, j, e.Transient(err), true)
+		return e.fail(ctx, j, Transient(err), true)
 	}
 	err = fmt.Errorf("delivered, but the completion transition failed: %w", err)
 	fctx, cancel := FinishCtx(ctx)
@@ -272,26 +296,26 @@ func (e *Deliverer) afterTxFailure(ctx context.Context, j *Job, err error) Repor
 	state, found, ferr := store.Fail(fctx, e.Pool, j.Fence, store.FailReconcile, 0, err.Error())
 	switch {
 	case ferr != nil:
-		return Report{Status: WriteFailed, Outcome: OutcomeAmbiguous, Op: "reconcile", Err: err, WriteErr: ferr}
+		return Report{Status: WriteFailed, Outcome: OutcomeAmbiguous, Op: OpReconcile, Err: err, WriteErr: ferr}
 	case !found:
-		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: "reconcile", Err: err}
+		return Report{Status: LeaseLost, Outcome: OutcomeLeaseLost, Op: OpReconcile, Err: err}
 	}
-	return Report{Status: Failed, Outcome: OutcomeAmbiguous, State: state, Op: "reconcile", Err: err, Reconciled: true}
+	return Report{Status: Failed, Outcome: OutcomeAmbiguous, State: State(state), Op: OpReconcile, Err: err, Reconciled: true}
 }
 
 // fail records a failed delivery with its classified outcome. A delivery
 // interrupted by Stop (cause Shutdown) is released at once when it would be
 // retried or is ambiguous.
 func (e *Deliverer) fail(ctx context.Context, j *Job, herr error, replaySafe bool) Report {
-	r := e.Route(herr, replaySafe, j.Attempt)
+	r := RouteOf(herr, replaySafe, j.Attempt, e.BackoffCap)
 	stopping := e.Shutdown != nil && errors.Is(context.Cause(ctx), e.Shutdown)
-	rep := Report{Status: Failed, Outcome: r.Outcome, Err: herr, Op: "fail", Delay: r.Delay}
+	rep := Report{Status: Failed, Outcome: r.Outcome, Err: herr, Op: OpFail, Delay: r.Delay}
 	fctx, cancel := FinishCtx(ctx)
 	defer cancel()
 	if j.Retry != nil {
 		handled, found, err := j.Retry(fctx, r, herr, stopping)
 		if handled {
-			rep.Op, rep.HandedBack, rep.State = "hand back", true, "leased"
+			rep.Op, rep.HandedBack, rep.State = OpHandBack, true, StateLeased
 			switch {
 			case err != nil:
 				rep.Status, rep.WriteErr = WriteFailed, err
@@ -312,7 +336,7 @@ func (e *Deliverer) fail(ctx context.Context, j *Job, herr error, replaySafe boo
 	case !found:
 		rep.Status, rep.Outcome = LeaseLost, OutcomeLeaseLost
 	default:
-		rep.State = state
+		rep.State = State(state)
 	}
 	return rep
 }

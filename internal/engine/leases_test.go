@@ -1,4 +1,4 @@
-package core_test
+package engine_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -63,11 +63,11 @@ func TestLeasesKeepTwoDeliveriesOfOneEffect(t *testing.T) {
 	stale, fresh := twoDeliveries(t, ctx, pool, id)
 
 	lost := errors.New("lease lost")
-	var leases core.Leases
+	var leases engine.Leases
 	staleRec, freshRec := newCancelRecorder(), newCancelRecorder()
-	leases.Put(&core.Held{Fence: stale, Cancel: staleRec.cancel})
-	leases.Put(&core.Held{Fence: fresh, Cancel: freshRec.cancel})
-	ext := core.Extender{DB: pool, Leases: &leases, Lease: time.Hour, LostCause: lost, Log: slog.New(slog.DiscardHandler)}
+	leases.Put(&engine.Held{Fence: stale, Cancel: staleRec.cancel})
+	leases.Put(&engine.Held{Fence: fresh, Cancel: freshRec.cancel})
+	ext := engine.Extender{DB: pool, Leases: &leases, Lease: time.Hour, LostCause: lost, Log: slog.New(slog.DiscardHandler)}
 	ext.ExtendNow(ctx)
 	if cause := context.Cause(staleRec.ctx); !errors.Is(cause, lost) {
 		t.Fatalf("stale delivery: cancellation cause %v, want the lost lease", cause)
@@ -113,17 +113,17 @@ func TestCommitterReportsTheFenceThatCompleted(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM pgoutbox.effects WHERE id = $1 FOR UPDATE`, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	c := core.StartCommitter(pool, 10, 1)
+	c := engine.StartCommitter(pool, 10, 1)
 	defer c.Close()
-	results := make(chan core.Committed, 3)
+	results := make(chan engine.Committed, 3)
 	go func() { results <- c.Complete(gate[0].Fence()) }()
 	pgtest.WaitFor(t, ctx, "the group commit to wait on the gate's lock", func() bool {
 		return pgtest.Scalar(t, ctx, pool, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 1
 	})
-	got := make(map[store.Fence]chan core.Committed, 2)
+	got := make(map[store.Fence]chan engine.Committed, 2)
 	for _, f := range []store.Fence{stale, fresh} {
-		ch := make(chan core.Committed, 1)
+		ch := make(chan engine.Committed, 1)
 		got[f] = ch
 		go func() { ch <- c.Complete(f) }()
 	}

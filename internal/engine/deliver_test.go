@@ -1,4 +1,4 @@
-package core_test
+package engine_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pgoutbox/pgoutbox"
-	"github.com/pgoutbox/pgoutbox/internal/core"
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
@@ -48,15 +48,10 @@ func enqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, effects ...p
 	return ids
 }
 
-// deliverer is the Deliverer as adapters/nats's consumer builds it, from the
-// root package's bridge; it records every failure in PostgreSQL (no
-// hand-back to a broker).
-func deliverer(pool *pgxpool.Pool) core.Deliverer {
-	root := core.Root[pgoutbox.EffectType, pgoutbox.Delivery]()
-	return core.Deliverer{
-		Pool: pool, Route: root.Route(pgoutbox.BackoffCapDefault), Transient: root.Transient,
-		Shutdown: errors.New("stopped"),
-	}
+// deliverer is the Deliverer as (*pgoutbox.Lease).Deliver builds it; it
+// records every failure in PostgreSQL (no hand-back to a broker).
+func deliverer(pool *pgxpool.Pool) engine.Deliverer {
+	return engine.Deliverer{Pool: pool, BackoffCap: pgoutbox.BackoffCapDefault, Shutdown: errors.New("stopped")}
 }
 
 // The completion of an internal job (a TxHandler) commits under a context
@@ -76,7 +71,7 @@ func TestTxJobCommitsAfterDeliveryCancelled(t *testing.T) {
 	cl := claimed[0]
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	j := &core.Job{
+	j := &engine.Job{
 		Fence:   cl.Fence(),
 		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, ReplaySafe: true, Timeout: 10 * time.Second,
 		TxHandler: func(ctx context.Context, tx pgx.Tx) error {
@@ -88,7 +83,7 @@ func TestTxJobCommitsAfterDeliveryCancelled(t *testing.T) {
 		},
 	}
 	d := deliverer(pool)
-	if r := d.Run(dctx, j); r.Status != core.Completed {
+	if r := d.Run(dctx, j); r.Status != engine.Completed {
 		t.Fatalf("job whose delivery context ended at its return: %+v, want Completed", r)
 	}
 	var state string
@@ -140,8 +135,8 @@ func outcomes(t *testing.T, ctx context.Context, pool *pgxpool.Pool, queue strin
 	return out
 }
 
-// A broker consumer delivers through the same Deliverer as a Client, built
-// from the root package's bridge (job building and classification): the
+// A broker consumer delivers through the same Deliverer as a Client (the
+// same JobOf and RouteOf, through (*pgoutbox.Lease).Deliver): the
 // same effects delivered both ways end in the same rows. Each path runs the
 // same handlers on its own queue: "w" by a Client, "r" relayed (a relay
 // claim, a take-over) and delivered as adapters/nats does.
