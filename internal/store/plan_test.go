@@ -168,3 +168,39 @@ func TestReportsUseThePartialIndexes(t *testing.T) {
 		t.Fatalf("stats by state: %v", got)
 	}
 }
+
+// A statement that deletes a batch picked by a locking subquery (LIMIT …
+// FOR UPDATE SKIP LOCKED) runs that subquery once, as an InitPlan. Written
+// as "id IN (SELECT …)", the planner may join the subquery and rescan it:
+// the engine's prune was seen to run for over five minutes on 20,000
+// completed effects that way (issue 32's benchmark), each rescan locking
+// and skipping rows anew.
+func TestBatchSubqueriesRunOnce(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, sql := range []string{
+		`INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, state, completed_at)
+		 SELECT 'q', 't', g::text, 'completed', now() - interval '3 hours' FROM generate_series(1, 20000) g`,
+		`ANALYZE pgoutbox.effects`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	for name, st := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"prune":               {pruneSQL, []any{60.0, 1000}},
+		"prune keys":          {pruneKeysSQL, []any{60.0, 1000}},
+		"prune notify":        {pruneNotifyPendingSQL, []any{1000}},
+		"purge queue effects": {purgeQueueSQL[0], []any{"q", 1000}},
+		"purge queue keys":    {purgeQueueSQL[1], []any{"q", 1000}},
+	} {
+		if p := explain(ctx, t, pool, name, st.sql, st.args...); !strings.Contains(p, "InitPlan") {
+			t.Errorf("%s does not pick its batch in an InitPlan:\n%s", name, p)
+		}
+	}
+}

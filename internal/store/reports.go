@@ -236,8 +236,8 @@ func ClaimLatencyP99(ctx context.Context, db DBTX, queue string, afterID int64) 
 // purgeQueueSQL deletes a queue's effects, then its idempotency keys (which
 // outlive their effects, migration 00007), $2 rows per statement.
 var purgeQueueSQL = []string{
-	`DELETE FROM pgoutbox.effects WHERE id IN (
-		SELECT id FROM pgoutbox.effects WHERE queue = $1 LIMIT $2)`,
+	`DELETE FROM pgoutbox.effects WHERE id = ANY(ARRAY(
+		SELECT id FROM pgoutbox.effects WHERE queue = $1 LIMIT $2))`,
 	`DELETE FROM pgoutbox.effect_keys WHERE ctid = ANY(ARRAY(
 		SELECT ctid FROM pgoutbox.effect_keys WHERE queue = $1 LIMIT $2))`,
 }
