@@ -26,6 +26,12 @@ import (
 //     fenced UPDATE (a second transaction).
 //   - ceiling[row-lock]: the row-lock lifecycle. One transaction per batch:
 //     SELECT … FOR UPDATE SKIP LOCKED LIMIT k, then one UPDATE to completed.
+//   - ceiling[delete]: a queue that forgets on success. One statement per
+//     batch, DELETE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT k)
+//     RETURNING id, payload, and no completion write at all: the physical
+//     limit of any design that keeps a row per pending effect. The table's
+//     statement trigger on DELETE (effect_attempts' cleanup) fires once per
+//     batch; the key rows stay, as they do for pgoutbox's own retention.
 //
 // Inserts are one INSERT … SELECT FROM unnest(keys, payloads) per batch; the
 // key rows come from the table's statement trigger, as for any plain-SQL
@@ -33,6 +39,7 @@ import (
 type ceilingSystem struct {
 	name         string
 	rowLock      bool
+	delete       bool // ceiling[delete]
 	loops        int // concurrent claim/complete loops, one connection each
 	batch        int // effects per claim
 	payloadBytes int
@@ -47,7 +54,11 @@ func (s *ceilingSystem) DiagnoseSQL() string { return (&pgSystem{}).DiagnoseSQL(
 
 // ClaimLatencySQL: both variants write leased_at at claim (the row-lock
 // variant in its only transaction, whose now() is the claim's time).
+// The delete variant leaves no row to read: not measured.
 func (s *ceilingSystem) ClaimLatencySQL() string {
+	if s.delete {
+		return ""
+	}
 	return `SELECT id, available_at, leased_at FROM pgoutbox.effects WHERE leased_at IS NOT NULL`
 }
 
@@ -149,9 +160,12 @@ func (r *ceilingRunner) loop(ctx context.Context) {
 		seq++
 		var n int
 		var err error
-		if r.sys.rowLock {
+		switch {
+		case r.sys.delete:
+			n, err = r.deleteBatch(ctx)
+		case r.sys.rowLock:
 			n, err = r.rowLockBatch(ctx)
-		} else {
+		default:
 			// A fresh token per batch: random enough within one run.
 			t := time.Now().UnixNano()
 			for i := range 8 {
@@ -204,6 +218,27 @@ func (r *ceilingRunner) durableBatch(ctx context.Context, token [16]byte) (int, 
 	if _, err := r.pool.Exec(ctx, ceilingComplete, ids, token); err != nil {
 		return 0, err
 	}
+	return len(ids), nil
+}
+
+// ceilingDelete is the delete variant's whole lifecycle of a batch.
+const ceilingDelete = `DELETE FROM pgoutbox.effects
+WHERE id IN (
+    SELECT id FROM pgoutbox.effects
+    WHERE state = 'available' AND queue = $1 AND available_at <= now()
+    ORDER BY available_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+RETURNING id, payload`
+
+func (r *ceilingRunner) deleteBatch(ctx context.Context) (int, error) {
+	rows, err := r.pool.Query(ctx, ceilingDelete, pgQueue, r.sys.batch)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := scanIDs(rows)
+	if err != nil {
+		return 0, err
+	}
+	r.deliver(ids)
 	return len(ids), nil
 }
 

@@ -75,6 +75,7 @@ type options struct {
 	createDB         string
 	ceilingLoops     int
 	ceilingBatch     int
+	pgqTicker        time.Duration
 	statements       bool
 	curves           bool
 	curveBacklogs    []int
@@ -85,6 +86,9 @@ type options struct {
 	plot             string
 	pss              bool // pg_stat_statements is preloaded (set by run)
 }
+
+// defaultSystems is -systems' default.
+const defaultSystems = "river,pgoutbox,pgoutbox[row-lock=off],pgq,ceiling[row-lock],ceiling,ceiling[delete]"
 
 func defaultDSN() string {
 	if v := os.Getenv("DATABASE_URL"); v != "" {
@@ -100,7 +104,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", "river,pgoutbox,pgoutbox[row-lock=off],ceiling[row-lock],ceiling", "systems to run, in order; ratios are to the first, and each pgoutbox's to the ceiling of its lease mode (pgoutbox alone is the engine's defaults: row-lock leases of 50 ms; row-lock=off: durable leases). pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D|off;cooldown=D;keys=sequential;notify=00005] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N])")
+	fs.StringVar(&systems, "systems", defaultSystems, "systems to run, in order; ratios are to the first, and each pgoutbox's to PgQ, to the ceiling of its lease mode and to ceiling[delete] (pgoutbox alone is the engine's defaults: row-lock leases of 50 ms; row-lock=off: durable leases). pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D|off;cooldown=D;keys=sequential;notify=00005] is a pgoutbox variant; ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N]), ceiling[delete] one DELETE … RETURNING per batch; pgq is PgQ's batch API, skipped with a note when the server lacks the extension")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -133,6 +137,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.createDB, "create-db", "", "create (or recreate) this database with pgoutbox's migrations, print its DSN and exit (for bench/sql/lifecycle.sh)")
 	fs.IntVar(&o.ceilingLoops, "ceiling-loops", 4, "ceiling: concurrent claim/complete loops (one connection each)")
 	fs.IntVar(&o.ceilingBatch, "ceiling-batch", 1000, "ceiling: effects per claim")
+	fs.DurationVar(&o.pgqTicker, "pgq-ticker", 100*time.Millisecond, "pgq: how often the ticker loop calls pgq.ticker() (pgqd's ticker_period is 1s); a call ticks once the queue has 500 new events or its last tick is 3s old")
 	fs.BoolVar(&o.statements, "statements", true, "pg_stat_statements per statement per effect (drain): with -local, preload the extension (restarting that cluster once); with -dsn, only when the server preloads it")
 	fs.BoolVar(&o.curves, "curves", false, "run the cost curves instead of the scenarios: drain rate, worker RSS, WAL and PostgreSQL CPU per effect against backlog size, payload size and worker processes (docs/benchmarks.md)")
 	var backlogs, payloads, procs string
@@ -158,8 +163,8 @@ func parseFlags(args []string) (*options, error) {
 	if o.curveProcs, err = intList(procs); err != nil {
 		return nil, fmt.Errorf("-curve-procs: %w", err)
 	}
-	if o.ceilingLoops < 1 || o.ceilingBatch < 1 || o.curveN < 1 {
-		return nil, fmt.Errorf("-ceiling-loops, -ceiling-batch and -curve-n must be positive")
+	if o.ceilingLoops < 1 || o.ceilingBatch < 1 || o.curveN < 1 || o.pgqTicker <= 0 {
+		return nil, fmt.Errorf("-ceiling-loops, -ceiling-batch, -curve-n and -pgq-ticker must be positive")
 	}
 	if o.rounds < 1 || o.n < 1 || o.insertBatch < 1 || o.workers < 1 || o.producers < 1 ||
 		o.producerBatch < 1 || o.sustainedRate < 0 || o.rate <= 0 || o.latencyProducers < 1 || o.scaleN < 1 ||
@@ -265,23 +270,32 @@ func (o *options) system(name string) (system, error) {
 			case "":
 			case "row-lock":
 				c.rowLock = true
+			case "delete":
+				c.delete = true
 			case "loops":
 				c.loops, err = strconv.Atoi(v)
 			case "batch":
 				c.batch, err = strconv.Atoi(v)
 			default:
-				err = fmt.Errorf("unknown knob %q (row-lock, loops, batch)", k)
+				err = fmt.Errorf("unknown knob %q (row-lock, delete, loops, batch)", k)
 			}
 			if err == nil && (c.loops < 1 || c.batch < 1) {
 				err = fmt.Errorf("loops and batch must be positive")
+			}
+			if err == nil && c.rowLock && c.delete {
+				err = fmt.Errorf("row-lock and delete are two ceilings: name one")
 			}
 			if err != nil {
 				return nil, fmt.Errorf("system %s: %w", name, err)
 			}
 		}
 		return c, nil
+	case "pgq":
+		if variant == "" {
+			return &pgqSystem{payloadBytes: o.payloadBytes, tickEvery: o.pgqTicker}, nil
+		}
 	}
-	return nil, fmt.Errorf("unknown system %q (river, pgoutbox, pgoutbox[knob=value;…], ceiling, ceiling[row-lock])", name)
+	return nil, fmt.Errorf("unknown system %q (river, pgq, pgoutbox, pgoutbox[knob=value;…], ceiling, ceiling[row-lock], ceiling[delete])", name)
 }
 
 func main() {
@@ -379,6 +393,10 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("admin connection: %w", err)
 	}
 	defer admin.Close()
+	systems = availableSystems(ctx, admin, systems, stdout, stderr)
+	if len(systems) == 0 {
+		return errors.New("no system can run on this server")
+	}
 	if o.statements {
 		o.pss = statementsPreloaded(ctx, admin)
 		if !o.pss {

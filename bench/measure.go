@@ -63,8 +63,12 @@ func relSize(ctx context.Context, pool *pgxpool.Pool, tables []string) (float64,
 }
 
 // claimPercentiles returns p50 and p99 in ms of claimed - available over
-// the rows sql selects (id, available, claimed) with ids above afterID.
+// the rows sql selects (id, available, claimed) with ids above afterID; NaN
+// when sql is empty (the system records no claim time).
 func claimPercentiles(ctx context.Context, pool *pgxpool.Pool, sql string, afterID int64) (p50, p99 float64, err error) {
+	if sql == "" {
+		return math.NaN(), math.NaN(), nil
+	}
 	q := `SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
 	             coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
 	      FROM (SELECT extract(epoch FROM c - a) * 1000 AS ms FROM (` + sql + `) AS x(id, a, c) WHERE id > $1) AS y`
@@ -79,8 +83,12 @@ func claimPercentiles(ctx context.Context, pool *pgxpool.Pool, sql string, after
 // producer's InsertOne returned, on this process's clock, moved to the
 // database clock by an offset measured with clock_timestamp() (a round
 // trip's half, well under a millisecond on one host). It returns the p50
-// and p99 of each span in ms.
+// and p99 of each span in ms; NaN when sql is empty.
 func claimSpans(ctx context.Context, pool *pgxpool.Pool, sql string, l benchrun.LatencyResult) (prod, queue [2]float64, err error) {
+	if sql == "" {
+		nan := [2]float64{math.NaN(), math.NaN()}
+		return nan, nan, nil
+	}
 	var db time.Time
 	t0 := time.Now()
 	if err = pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&db); err != nil {

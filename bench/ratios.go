@@ -24,6 +24,27 @@ func supports(sys system, scenario string) bool {
 	return true
 }
 
+// availableSystems drops the systems the server cannot run (a system that
+// has an available method, PgQ: its extension is missing), printing why on
+// stdout and stderr, so that the rest of the benchmark runs.
+func availableSystems(ctx context.Context, admin *pgxpool.Pool, systems []system, stdout, stderr io.Writer) []system {
+	var out []system
+	for _, s := range systems {
+		if a, ok := s.(interface {
+			available(context.Context, *pgxpool.Pool) error
+		}); ok {
+			if err := a.available(ctx, admin); err != nil {
+				for _, w := range []io.Writer{stdout, stderr} {
+					fmt.Fprintf(w, "%s skipped: %v\n", s.Name(), err)
+				}
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // ensureLocal starts (or reuses) the benchmark's own cluster in dir. With
 // statements, it also makes that cluster preload pg_stat_statements (ALTER
 // SYSTEM, then one restart), when the extension is installed; the cluster is
@@ -122,11 +143,62 @@ func ceilingFor(sys system, systems []system) system {
 		return nil
 	}
 	for _, s := range systems {
-		if c, ok := s.(*ceilingSystem); ok && c.rowLock == (p.knobs.rowLock >= 0) {
+		if c, ok := s.(*ceilingSystem); ok && !c.delete && c.rowLock == (p.knobs.rowLock >= 0) {
 			return c
 		}
 	}
 	return nil
+}
+
+// ratioPairs lists the headline ratios as {reference, system} pairs: every
+// system over the first (River by default); then every pgoutbox system over
+// PgQ, over the ceiling of its lease mode and over ceiling[delete], each
+// when it runs. A pair is listed once.
+func ratioPairs(systems []system) [][2]system {
+	var pairs [][2]system
+	seen := map[[2]string]bool{}
+	add := func(ref, s system) {
+		if ref == nil || ref == s {
+			return
+		}
+		k := [2]string{ref.Name(), s.Name()}
+		if !seen[k] {
+			seen[k] = true
+			pairs = append(pairs, [2]system{ref, s})
+		}
+	}
+	if len(systems) == 0 {
+		return nil
+	}
+	for _, s := range systems[1:] {
+		add(systems[0], s)
+	}
+	var pgq, del system
+	for _, s := range systems {
+		switch c := s.(type) {
+		case *pgqSystem:
+			pgq = c
+		case *ceilingSystem:
+			if c.delete && del == nil {
+				del = c
+			}
+		}
+	}
+	for _, s := range systems {
+		if _, ok := s.(*pgSystem); !ok {
+			continue
+		}
+		if pgq != nil {
+			add(pgq, s)
+		}
+		if c := ceilingFor(s, systems); c != nil {
+			add(c, s)
+		}
+		if del != nil {
+			add(del, s)
+		}
+	}
+	return pairs
 }
 
 // pairRatios is b/a round by round.
@@ -143,22 +215,13 @@ func pairRatios(a, b []result, key string) []float64 {
 }
 
 // printRatios prints the headline table: drain and sustained throughput of
-// every system over the first (River), and of every pgoutbox system over
-// the ceiling of its lease mode.
+// the pairs of ratioPairs.
 func printRatios(w io.Writer, systems []system, results map[string]map[string][]result) {
 	cols := []struct{ scenario, key, label string }{
 		{"drain", "effects_per_s", "drain effects/s"},
 		{"sustained", "completed_per_s", "sustained completed effects/s"},
 	}
-	var pairs [][2]system
-	for _, s := range systems[1:] {
-		pairs = append(pairs, [2]system{systems[0], s})
-	}
-	for _, s := range systems {
-		if c := ceilingFor(s, systems); c != nil {
-			pairs = append(pairs, [2]system{c, s})
-		}
-	}
+	pairs := ratioPairs(systems)
 	if len(pairs) == 0 {
 		return
 	}
