@@ -40,8 +40,8 @@ type ceilingSystem struct {
 	name         string
 	rowLock      bool
 	delete       bool // ceiling[delete]
-	loops        int // concurrent claim/complete loops, one connection each
-	batch        int // effects per claim
+	loops        int  // concurrent claim/complete loops, one connection each
+	batch        int  // effects per claim
 	payloadBytes int
 }
 

@@ -455,6 +455,7 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		o.workers, min(o.pg.claimBatch, o.workers), max(1, o.pg.clients), orDefault(o.pg.completionBatch), orDefault(o.pg.poll), o.poolConns, o.producerConns)
 	printTable(stdout, scens, systems, results)
 	printRatios(stdout, systems, results)
+	printExplain(stdout, systems, results, o.pss)
 	printStatements(stdout, systems, results)
 	if o.jsonOut != "" {
 		b, err := json.MarshalIndent(raw, "", "  ")

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -248,47 +249,119 @@ func printRatios(w io.Writer, systems []system, results map[string]map[string][]
 	writeMarkdown(w, rows)
 }
 
+// stmtFigure is one statement's medians over the rounds.
+type stmtFigure struct {
+	label     string
+	us, calls float64 // exec µs per effect, calls per 1,000 effects
+}
+
+// topStatements lists the statements recorded in rs (readStatements'
+// stmt_us: and stmt_calls: figures), with their medians over the rounds,
+// by execution time per effect, largest first (ties by label); at most k
+// (all when k <= 0).
+func topStatements(rs []result, k int) []stmtFigure {
+	keys := map[string]bool{}
+	for _, r := range rs {
+		for key := range r {
+			if label, ok := strings.CutPrefix(key, "stmt_us:"); ok {
+				keys[label] = true
+			}
+		}
+	}
+	var list []stmtFigure
+	for label := range keys {
+		var us, calls []float64
+		for _, r := range rs {
+			if r != nil {
+				us = append(us, r["stmt_us:"+label])
+				calls = append(calls, r["stmt_calls:"+label])
+			}
+		}
+		list = append(list, stmtFigure{label, median(us), median(calls)})
+	}
+	slices.SortFunc(list, func(a, b stmtFigure) int {
+		switch {
+		case a.us > b.us:
+			return -1
+		case a.us < b.us:
+			return 1
+		}
+		return strings.Compare(a.label, b.label)
+	})
+	if k > 0 && len(list) > k {
+		list = list[:k]
+	}
+	return list
+}
+
+// medianOf is the median of key over the rounds that ran.
+func medianOf(rs []result, key string) float64 {
+	var xs []float64
+	for _, r := range rs {
+		if r != nil {
+			if v, ok := r[key]; ok {
+				xs = append(xs, v)
+			}
+		}
+	}
+	return median(xs)
+}
+
+// shortLabel cuts a statement's label to n characters for a table cell.
+func shortLabel(s string, n int) string {
+	s = strings.TrimSuffix(s, "…")
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n]) + "…"
+	}
+	return strings.ReplaceAll(s, "|", "\\|")
+}
+
+// printExplain prints issue 32's "explain the rest" table: for every system
+// in the drain, per effect, the WAL bytes of the insert and of the drain,
+// PostgreSQL's CPU (backends of the database plus the shared background
+// processes, from /proc) and pg_stat_statements' execution time, with the
+// statements that take most of it (medians over the rounds).
+func printExplain(w io.Writer, systems []system, results map[string]map[string][]result, pss bool) {
+	rows := [][]string{{"drain, per effect (medians)", "effects/s", "WAL B insert", "WAL B claim+complete",
+		"PG CPU µs", "statements µs", "top statements: µs per effect"}}
+	for _, s := range systems {
+		rs := results["drain"][s.Name()]
+		if len(rs) == 0 {
+			continue
+		}
+		top := "pg_stat_statements not preloaded"
+		if pss {
+			var parts []string
+			for _, st := range topStatements(rs, 3) {
+				parts = append(parts, fmt.Sprintf("%s %s", fmtNum(st.us, 1), shortLabel(st.label, 48)))
+			}
+			top = strings.Join(parts, "; ")
+		}
+		rows = append(rows, []string{s.Name(),
+			fmtNum(medianOf(rs, "effects_per_s"), 0),
+			fmtNum(medianOf(rs, "wal_insert"), 0),
+			fmtNum(medianOf(rs, "wal_drain"), 0),
+			fmtNum(medianOf(rs, "cpu_pg")*100, 1), // s per 10k effects -> µs per effect
+			fmtNum(medianOf(rs, "stmt_total"), 1),
+			top})
+	}
+	if len(rows) == 1 {
+		return
+	}
+	fmt.Fprintln(w)
+	writeMarkdown(w, rows)
+}
+
 // printStatements prints, per system, the drain's statements by execution
 // time per effect (pg_stat_statements; medians over the rounds).
 func printStatements(w io.Writer, systems []system, results map[string]map[string][]result) {
 	rows := [][]string{{"drain: pg_stat_statements", "statement", "calls per 1,000 effects", "exec µs per effect"}}
 	for _, s := range systems {
 		rs := results["drain"][s.Name()]
-		keys := map[string]bool{}
-		for _, r := range rs {
-			for k := range r {
-				if strings.HasPrefix(k, "stmt_us:") {
-					keys[strings.TrimPrefix(k, "stmt_us:")] = true
-				}
-			}
-		}
-		if len(keys) == 0 {
+		list := topStatements(rs, 6)
+		if len(list) == 0 {
 			continue
 		}
-		type stmt struct {
-			label     string
-			us, calls float64
-		}
-		var list []stmt
-		for k := range keys {
-			var us, calls []float64
-			for _, r := range rs {
-				if r != nil {
-					us = append(us, r["stmt_us:"+k])
-					calls = append(calls, r["stmt_calls:"+k])
-				}
-			}
-			list = append(list, stmt{k, median(us), median(calls)})
-		}
-		slices.SortFunc(list, func(a, b stmt) int {
-			switch {
-			case a.us > b.us:
-				return -1
-			case a.us < b.us:
-				return 1
-			}
-			return strings.Compare(a.label, b.label)
-		})
 		var total []float64
 		for _, r := range rs {
 			if r != nil {
@@ -296,7 +369,7 @@ func printStatements(w io.Writer, systems []system, results map[string]map[strin
 			}
 		}
 		rows = append(rows, []string{s.Name(), "all statements", "", stat(total, 1)})
-		for _, st := range list[:min(6, len(list))] {
+		for _, st := range list {
 			rows = append(rows, []string{"", strings.ReplaceAll(st.label, "|", "\\|"), fmtNum(st.calls, 2), fmtNum(st.us, 2)})
 		}
 	}
