@@ -26,11 +26,13 @@ test-deps:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
-## bench: River, pgoutbox and the SQL ceiling side by side (bench/, ~20 min) on a PostgreSQL with default settings under .pgoutbox-bench
-## (stopped afterwards; DATABASE_URL: that server instead, which may CREATE DATABASE), then the NATS relay benchmarks
+## bench: River, PgQ, pgoutbox and the SQL ceilings (lease modes, DELETE) side by side (bench/, ~25 min) on a PostgreSQL with
+## default settings under .pgoutbox-bench (stopped afterwards; DATABASE_URL: that server instead, which may CREATE DATABASE;
+## PgQ is installed from Debian's postgresql-NN-pgq3 when missing, skipped with a note when unavailable), then the NATS
+## relay benchmarks
 BENCH_PG ?= $(CURDIR)/.pgoutbox-bench
 bench: build
-	./scripts/test-deps postgres
+	./scripts/test-deps bench
 	cd bench && $(GO) run . $(if $(DATABASE_URL),,-local $(BENCH_PG)) $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 	PGOUTBOX_BENCH_N=20000 $(GO) test -run '^$$' -bench . -benchtime 1x ./adapters/nats

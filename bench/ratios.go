@@ -307,9 +307,16 @@ func medianOf(rs []result, key string) float64 {
 	return median(xs)
 }
 
-// shortLabel cuts a statement's label to n characters for a table cell.
+// shortLabel cuts a statement's label to n characters for a table cell; a
+// statement named by sqlc's leading comment ("-- name: JobGetAvailable
+// :many …", River's) is shown by that name.
 func shortLabel(s string, n int) string {
 	s = strings.TrimSuffix(s, "…")
+	if rest, ok := strings.CutPrefix(s, "-- name: "); ok {
+		if f := strings.Fields(rest); len(f) > 0 {
+			s = f[0]
+		}
+	}
 	if utf8.RuneCountInString(s) > n {
 		s = string([]rune(s)[:n]) + "…"
 	}

@@ -136,6 +136,9 @@ func TestTopStatements(t *testing.T) {
 	if s := shortLabel("SELECT a | b FROM t WHERE x", 12); s != "SELECT a \\| b…" {
 		t.Fatalf("shortLabel = %q", s)
 	}
+	if s := shortLabel("-- name: JobGetAvailable :many WITH locked_jobs AS (", 48); s != "JobGetAvailable" {
+		t.Fatalf("shortLabel of a sqlc statement = %q", s)
+	}
 	if m := medianOf(rs, "stmt_total"); m != 6 {
 		t.Fatalf("medianOf = %v", m)
 	}
