@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func systemsFor(t *testing.T, names string) []system {
@@ -141,5 +146,31 @@ func TestTopStatements(t *testing.T) {
 	}
 	if m := medianOf(rs, "stmt_total"); m != 6 {
 		t.Fatalf("medianOf = %v", m)
+	}
+}
+
+// unavailablePgQ is PgQ on a server without the extension.
+type unavailablePgQ struct{ *pgqSystem }
+
+func (unavailablePgQ) available(context.Context, *pgxpool.Pool) error {
+	return errors.New("the pgq extension is not installed")
+}
+
+// A system the server cannot run is dropped with its reason printed on
+// both outputs; the others run, and the ratios are those that remain.
+func TestUnavailableSystemIsSkipped(t *testing.T) {
+	sys := systemsFor(t, "river,pgoutbox,ceiling[delete]")
+	in := []system{sys[0], sys[1], unavailablePgQ{&pgqSystem{}}, sys[2]}
+	var out, errOut bytes.Buffer
+	got := availableSystems(context.Background(), nil, in, &out, &errOut)
+	if len(got) != 3 || got[0] != sys[0] || got[1] != sys[1] || got[2] != sys[2] {
+		t.Fatalf("available systems: %v", got)
+	}
+	want := "PgQ skipped: the pgq extension is not installed\n"
+	if out.String() != want || errOut.String() != want {
+		t.Fatalf("printed %q and %q, want %q on both", out.String(), errOut.String(), want)
+	}
+	if p := strings.Join(pairNames(ratioPairs(got)), "; "); p != "pgoutbox / River; ceiling[delete] / River; pgoutbox / ceiling[delete]" {
+		t.Fatalf("ratio pairs: %s", p)
 	}
 }
