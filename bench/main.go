@@ -1,9 +1,10 @@
-// Command bench runs River, pgoutbox and the SQL ceiling (the minimal SQL
-// lifecycle on pgoutbox's table, ceiling.go) side by side on the same
-// PostgreSQL, each scenario on a fresh database, alternating the systems over
-// several rounds, and prints per scenario the median and min/max of every
-// figure and the ratios to River (and of each pgoutbox to its ceiling) pair
-// by pair. With -curves it measures the cost curves instead (curves.go) and
+// Command bench runs River, PgQ (pgq.go), pgoutbox and the SQL ceilings (the
+// minimal SQL lifecycles on pgoutbox's table, ceiling.go) side by side on the
+// same PostgreSQL, each scenario on a fresh database, alternating the systems
+// over several rounds, and prints per scenario the median and min/max of
+// every figure and the ratios to River (and of each pgoutbox to PgQ, to its
+// ceiling and to ceiling[delete]) pair by pair, then per effect the WAL,
+// PostgreSQL CPU and top statements of every system's drain. With -curves it measures the cost curves instead (curves.go) and
 // draws them as SVG (svg.go).
 //
 // It is its own module so that River never becomes a dependency of the
