@@ -95,6 +95,11 @@ func runCurves(ctx context.Context, o *options, admin *pgxpool.Pool, systems []s
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				if pt.Procs > 1 && !supports(sys, "scale") {
+					// Several processes on one PgQ consumer would
+					// process the same batches: no such point.
+					continue
+				}
 				p := pt
 				p.System, p.Round = sys.Name(), round
 				if prev, ok := done[k][sys.Name()]; ok {

@@ -102,6 +102,7 @@ func drainChildren(ctx context.Context, e *env, n, procs, workers int, drained f
 			"-pg-clients", "1",
 			"-pg-row-lock", e.o.pg.rowLock.String(),
 			"-pg-claim-cooldown", e.o.pg.claimCooldown.String(),
+			"-pgq-ticker", e.o.pgqTicker.String(),
 			"-ceiling-loops", strconv.Itoa(e.o.ceilingLoops),
 			"-ceiling-batch", strconv.Itoa(e.o.ceilingBatch),
 		}
