@@ -87,20 +87,20 @@ type Outcome = engine.Outcome
 // Delivery outcomes (docs/design.md, "Delivery outcomes").
 const (
 	// OutcomeSuccess: delivered; the effect is completed.
-	OutcomeSuccess = engine.OutcomeSuccess
+	OutcomeSuccess Outcome = engine.OutcomeSuccess
 	// OutcomeRetry: a transient failure; nothing was delivered. Retried with
 	// backoff until max attempts, then dead-lettered.
-	OutcomeRetry = engine.OutcomeRetry
+	OutcomeRetry Outcome = engine.OutcomeRetry
 	// OutcomeRetryAfter: like retry, no earlier than the given delay.
-	OutcomeRetryAfter = engine.OutcomeRetryAfter
+	OutcomeRetryAfter Outcome = engine.OutcomeRetryAfter
 	// OutcomePermanent: dead-letter now.
-	OutcomePermanent = engine.OutcomePermanent
+	OutcomePermanent Outcome = engine.OutcomePermanent
 	// OutcomeAmbiguous: the request may have been processed. A retry for a
 	// replay-safe effect type; reconciliation_required otherwise.
-	OutcomeAmbiguous = engine.OutcomeAmbiguous
+	OutcomeAmbiguous Outcome = engine.OutcomeAmbiguous
 	// OutcomeLeaseLost: the worker no longer held the lease when it tried to
 	// record the outcome; nothing was written.
-	OutcomeLeaseLost = engine.OutcomeLeaseLost
+	OutcomeLeaseLost Outcome = engine.OutcomeLeaseLost
 )
 
 // OutcomeError carries a handler's classification of a failure. Build it

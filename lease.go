@@ -17,19 +17,19 @@ type State = engine.State
 const (
 	// StateAvailable: waiting to be claimed, now or at its available_at
 	// (a new effect, or one retrying after a backoff).
-	StateAvailable = engine.StateAvailable
+	StateAvailable State = engine.StateAvailable
 	// StateLeased: claimed by a worker (or handed to a broker) under a
 	// lease that a sweeper recovers once it expires.
-	StateLeased = engine.StateLeased
+	StateLeased State = engine.StateLeased
 	// StateCompleted: delivered; pruned after Config.CompletedRetention.
-	StateCompleted = engine.StateCompleted
+	StateCompleted State = engine.StateCompleted
 	// StateDeadLetter: failed permanently or ran out of attempts; kept until
 	// an operator replays it (pgoutbox dlq).
-	StateDeadLetter = engine.StateDeadLetter
+	StateDeadLetter State = engine.StateDeadLetter
 	// StateReconciliationRequired: a delivery of a type that is not
 	// replay-safe started and its outcome is unknown; kept until an
 	// operator calls Resolve.
-	StateReconciliationRequired = engine.StateReconciliationRequired
+	StateReconciliationRequired State = engine.StateReconciliationRequired
 )
 
 // Lease is an effect claimed through the manual API (ClaimLeases, or
