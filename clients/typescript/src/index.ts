@@ -86,6 +86,13 @@ export const SQLState = {
   PayloadTooLarge: "OB002",
   /** A payload key looks like a credential; the message names its path, never its value. */
   CredentialKey: "OB003",
+  /**
+   * PostgreSQL's insufficient_privilege: the caller's role may not enqueue
+   * this queue and type (the owner grants it with pgoutbox.grant_enqueue), or
+   * the key is taken by an effect it may not enqueue. The message names the
+   * role, the queue and the type.
+   */
+  NotAuthorized: "42501",
 } as const;
 
 /** The largest payload, in bytes of JSON (MaxPayloadBytes in Go). */

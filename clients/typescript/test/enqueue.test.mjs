@@ -192,6 +192,32 @@ test("bad input is refused with the SQL error and writes nothing", async () => {
   }
 });
 
+test("a role that may not enqueue the type is refused with NotAuthorized and writes nothing", async () => {
+  // A role of the enqueuer group without a grant for this queue and type
+  // (docs/any-language.md, "Grants"); roles are the cluster's, so create
+  // it once and leave it.
+  await pool.query(`DO $$ BEGIN
+      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pgoutbox_ts_ungranted') THEN
+        CREATE ROLE pgoutbox_ts_ungranted NOLOGIN;
+      END IF;
+    END $$`);
+  await pool.query("GRANT pgoutbox_enqueuer TO pgoutbox_ts_ungranted");
+  for (const form of ["enqueue", "enqueueBatch"]) {
+    const before = await counts();
+    const effect = { queue: "anylang-ungranted", type: "record.upsert", key: key("ungranted", form) };
+    const err = await inTransaction(async (tx) => {
+      await tx.query("SET LOCAL ROLE pgoutbox_ts_ungranted");
+      await (form === "enqueue" ? enqueue(tx, effect) : enqueueBatch(tx, [effect]));
+    }).then(
+      () => assert.fail(`${form}: an ungranted role enqueued`),
+      (e) => e,
+    );
+    assert.ok(isRefusal(err, SQLState.NotAuthorized), `${form}: ${err.code} ${err.message}, want ${SQLState.NotAuthorized}`);
+    assert.match(err.message, /role "pgoutbox_ts_ungranted" may not enqueue effect type "record.upsert" into queue "anylang-ungranted"/);
+    assert.deepEqual(await counts(), before, `${form} wrote something`);
+  }
+});
+
 test("a batch with one bad effect writes none of its effects", async () => {
   const before = await counts();
   const err = await inTransaction((tx) =>
