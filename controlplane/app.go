@@ -26,6 +26,10 @@ type App struct {
 	log  *slog.Logger
 	// bodies bounds the webhook bodies held in memory (MaxBufferedBytes).
 	bodies *httpx.Budget
+	// guesses limits the wrong PGOUTBOX_API_TOKEN bearer tokens one client
+	// address may present: 5 per 5 minutes (httpx.GuessesMaxDefault,
+	// GuessWindowDefault).
+	guesses *httpx.GuessLimiter
 }
 
 // New validates cfg and returns the control plane. It refuses an empty
@@ -48,13 +52,14 @@ func newApp(pool *pgxpool.Pool, cfg Config, gh GitHub, log *slog.Logger, serving
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{pool: pool, cfg: cfg, gh: gh, log: log, bodies: httpx.NewBudget(cfg.MaxBufferedBytes)}, nil
+	return &App{pool: pool, cfg: cfg, gh: gh, log: log, bodies: httpx.NewBudget(cfg.MaxBufferedBytes),
+		guesses: httpx.NewGuessLimiter(0, 0, nil)}, nil
 }
 
 // Routes mounts POST /webhooks/github and POST /api/release-runs.
 func (a *App) Routes(mux httpx.Mux) {
 	mux.Handle("POST /webhooks/github", http.HandlerFunc(a.ingest))
-	mux.Handle("POST /api/release-runs", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.startRunAPI)))
+	mux.Handle("POST /api/release-runs", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", a.guesses, http.HandlerFunc(a.startRunAPI)))
 }
 
 // Queues are the control plane's queues: lifecycle jobs and GitHub effects,

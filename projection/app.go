@@ -24,6 +24,10 @@ type App struct {
 	// type's ordering choice (pgoutbox.RegisterOrdering), as a Client does
 	// once at Start.
 	orderingRegistered atomic.Bool
+	// guesses limits the wrong bearer tokens (PGOUTBOX_API_TOKEN,
+	// CRON_SECRET) one client address may present: 5 per 5 minutes
+	// (httpx.GuessesMaxDefault, GuessWindowDefault), shared by every route.
+	guesses *httpx.GuessLimiter
 }
 
 // New builds the application. Targets are those whose configuration is set
@@ -34,7 +38,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("projection: New: pool is nil")
 	}
 	cfg = cfg.withDefaults()
-	a := &App{cfg: cfg, pool: pool}
+	a := &App{cfg: cfg, pool: pool, guesses: httpx.NewGuessLimiter(0, 0, nil)}
 	if cfg.Solr != nil {
 		c, err := solr.New(*cfg.Solr)
 		if err != nil {
@@ -107,24 +111,18 @@ func (a *App) Queues() map[string]pgoutbox.QueueConfig {
 // The operator's page of the projection, /workers, is the console's
 // (internal/console), fed by Status and NextDrain.
 func (a *App) Routes(m httpx.Mux) {
-	m.Handle("POST /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postRecord)))
-	m.Handle("GET /api/records/{id}", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.getRecord)))
-	m.Handle("GET /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.searchRecords)))
-	m.Handle("POST /api/import", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", http.HandlerFunc(a.postImport)))
+	m.Handle("POST /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", a.guesses, http.HandlerFunc(a.postRecord)))
+	m.Handle("GET /api/records/{id}", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", a.guesses, http.HandlerFunc(a.getRecord)))
+	m.Handle("GET /api/records", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", a.guesses, http.HandlerFunc(a.searchRecords)))
+	m.Handle("POST /api/import", httpx.RequireBearer(a.cfg.APIToken, "PGOUTBOX_API_TOKEN", a.guesses, http.HandlerFunc(a.postImport)))
 	m.Handle("GET /api/cron/outbox", a.requireCronSecret(http.HandlerFunc(a.cron)))
 }
 
 // requireCronSecret checks "Authorization: Bearer $CRON_SECRET" (SHA-256
-// digests compared in constant time) and answers 401 with WWW-Authenticate:
-// Bearer to anything else, including every call while CRON_SECRET is unset.
+// digests compared in constant time, counted against the client's budget of
+// wrong tokens, shared with the API's): 401 with WWW-Authenticate: Bearer to
+// anything else, 429 once the budget is spent, 503 while CRON_SECRET is
+// unset.
 func (a *App) requireCronSecret(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := httpx.BearerToken(r)
-		if !ok || !httpx.TokenMatches(got, a.cfg.CronSecret) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pgoutbox"`)
-			httpx.Error(w, http.StatusUnauthorized, "missing or invalid bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpx.RequireBearer(a.cfg.CronSecret, "CRON_SECRET", a.guesses, next)
 }

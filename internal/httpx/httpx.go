@@ -49,22 +49,30 @@ func BearerToken(r *http.Request) (string, bool) {
 	return strings.TrimSpace(tok), true
 }
 
-// RequireBearer wraps next with a bearer check against token. An empty token
-// means the route is not configured: 503 with the variable to set (named by
-// setting). A missing or wrong token answers 401 with WWW-Authenticate.
-func RequireBearer(token, setting string, next http.Handler) http.Handler {
+// RequireBearer wraps next with a bearer check against token, counted
+// against the client's budget in lim (GuessLimiter: wrong tokens per
+// client address; one limiter may guard several routes, which then share
+// each client's budget). An empty token means the route is not
+// configured: 503 with the variable to set (named by setting). A missing
+// or wrong token answers 401 with WWW-Authenticate; once the client's
+// budget is spent, 429 with Retry-After and nothing compared.
+func RequireBearer(token, setting string, lim *GuessLimiter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
 			Error(w, http.StatusServiceUnavailable, "not configured: set "+setting)
 			return
 		}
-		got, ok := BearerToken(r)
-		if !ok || !TokenMatches(got, token) {
+		_, ok, wait := CheckBearer(lim, r, token)
+		switch {
+		case ok:
+			next.ServeHTTP(w, r)
+		case wait > 0:
+			RetryAfter(w, wait)
+			Error(w, http.StatusTooManyRequests, "too many wrong bearer tokens from your address; retry later")
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pgoutbox"`)
 			Error(w, http.StatusUnauthorized, "missing or invalid bearer token")
-			return
 		}
-		next.ServeHTTP(w, r)
 	})
 }
 
