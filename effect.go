@@ -95,6 +95,14 @@ func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
 // in input order. Every effect is validated before anything is written: one bad
 // effect fails the whole batch.
 //
+// A batch of at least CopyThreshold effects reaches the server by COPY
+// into a temporary table of tx (dropped before EnqueueBatch returns, and ON
+// COMMIT DROP), from which that one statement reads it; a smaller batch
+// is sent as parameter arrays. Both write the same rows and return the
+// same ids and errors. The COPY form needs the TEMPORARY privilege on the
+// database (granted to PUBLIC by default), and a transaction that used it
+// cannot PREPARE TRANSACTION.
+//
 // tx should be READ COMMITTED (PostgreSQL's default). Under REPEATABLE READ
 // or SERIALIZABLE, a key that a concurrent transaction committed after tx's
 // snapshot cannot be returned (tx cannot see it): the enqueue fails with an
@@ -121,8 +129,29 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 	return ids, err
 }
 
+// CopyThreshold is the smallest batch EnqueueBatch sends by COPY rather
+// than as parameter arrays (1,000 effects). Below it the arrays are faster:
+// the COPY form costs three more round trips (create the temporary table,
+// COPY, drop it), which a large batch repays and a small one does not
+// (docs/benchmarks.md, "Enqueue").
+const CopyThreshold = 1000
+
+// enqueuePath chooses how enqueueBatch sends a batch.
+type enqueuePath int
+
+const (
+	pathAuto   enqueuePath = iota // COPY from CopyThreshold effects on
+	pathArrays                    // parameter arrays
+	pathCopy                      // COPY into a temporary table
+)
+
 // enqueueBatch is EnqueueBatch, each effect keeping traceparent ("" none).
 func enqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect, traceparent string) ([]int64, error) {
+	return enqueueBatchVia(ctx, tx, effects, traceparent, pathAuto)
+}
+
+// enqueueBatchVia is enqueueBatch sending the batch by path.
+func enqueueBatchVia(ctx context.Context, tx pgx.Tx, effects []Effect, traceparent string, path enqueuePath) ([]int64, error) {
 	rows := make([]store.NewEffect, len(effects))
 	for i, e := range effects {
 		ne, err := prepare(e)
@@ -135,7 +164,19 @@ func enqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect, traceparent 
 		ne.Traceparent = traceparent
 		rows[i] = ne
 	}
-	res, err := store.Insert(ctx, tx, rows)
+	if path == pathAuto {
+		path = pathArrays
+		if len(rows) >= CopyThreshold {
+			path = pathCopy
+		}
+	}
+	var res []store.Inserted
+	var err error
+	if path == pathCopy {
+		res, err = store.InsertCopy(ctx, tx, rows)
+	} else {
+		res, err = store.Insert(ctx, tx, rows)
+	}
 	if err != nil {
 		var v *store.Violation
 		if errors.As(err, &v) && v.Constraint == "effects_payload_size" {

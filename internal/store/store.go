@@ -123,7 +123,22 @@ WITH input AS (
         WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ordering_key,
                              traceparent, ord)
     ORDER BY t.ord
-), keyed AS (
+)` + insertTailSQL
+
+// insertStagedSQL is insertSQL reading its input from the staging table
+// that InsertCopy filled by COPY (stageTableSQL) instead of from arrays:
+// the same key rows in the same canonical order, the same ids in input
+// order, the same insert.
+const insertStagedSQL = `
+WITH input AS (
+    SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
+    FROM pg_temp.` + stageTable + ` AS t
+    ORDER BY t.ord
+)` + insertTailSQL
+
+// insertTailSQL is what insertSQL and insertStagedSQL share: everything
+// after the input.
+const insertTailSQL = `, keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
     SELECT queue, idempotency_key, id FROM input ORDER BY queue COLLATE "C", idempotency_key COLLATE "C", id
     ON CONFLICT (queue, idempotency_key) DO NOTHING
@@ -163,6 +178,41 @@ type Inserted struct {
 // (including earlier in the same batch) returns the existing id and writes
 // nothing. Results are in input order.
 func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, error) {
+	return insert(ctx, db, effects, nil)
+}
+
+// stageTable is the temporary table InsertCopy stages a batch in: created
+// in the caller's transaction, dropped before InsertCopy returns (and ON
+// COMMIT DROP, should the transaction end first), so no session state
+// outlives the call, which a transaction-pooling PgBouncer requires.
+const stageTable = "pgoutbox_enqueue_stage"
+
+// stageTableSQL creates stageTable with insertSQL's input columns; ord is
+// the position in the batch.
+const stageTableSQL = `CREATE TEMPORARY TABLE ` + stageTable + ` (
+    queue text, effect_type text, idempotency_key text, payload jsonb, max_attempts int4, available_at timestamptz,
+    delay_s float8, ordering_key text, traceparent text, ord int8
+) ON COMMIT DROP`
+
+// stageColumns are stageTable's columns in stageTableSQL's order, the
+// order InsertCopy's rows give them.
+var stageColumns = []string{"queue", "effect_type", "idempotency_key", "payload", "max_attempts", "available_at",
+	"delay_s", "ordering_key", "traceparent", "ord"}
+
+// InsertCopy is Insert for large batches: the same ordering locks, key rows,
+// ids and results, but the batch reaches the server by COPY into a
+// temporary table in tx (stageTable) and one insert-select
+// (insertStagedSQL) reads it from there, instead of as nine parameter
+// arrays that the server unnests. The temporary table needs the
+// TEMPORARY privilege on the database (PostgreSQL grants it to PUBLIC)
+// and, like every temporary object, makes tx unable to PREPARE
+// TRANSACTION.
+func InsertCopy(ctx context.Context, tx pgx.Tx, effects []NewEffect) ([]Inserted, error) {
+	return insert(ctx, tx, effects, tx)
+}
+
+// insert is Insert, or InsertCopy when tx is not nil (tx is then db).
+func insert(ctx context.Context, db DBTX, effects []NewEffect, tx pgx.Tx) ([]Inserted, error) {
 	n := len(effects)
 	queues, types, keys := make([]string, n), make([]string, n), make([]string, n)
 	payloads, maxAttempts := make([]string, n), make([]int32, n)
@@ -192,7 +242,13 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	}
 	type qk struct{ queue, key string }
 	created := make(map[qk]int64, n)
-	rows, err := db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays, orderingKeys, traceparents)
+	var rows pgx.Rows
+	var err error
+	if tx == nil {
+		rows, err = db.Query(ctx, insertSQL, queues, types, keys, payloads, maxAttempts, avail, delays, orderingKeys, traceparents)
+	} else {
+		rows, err = stage(ctx, tx, effects)
+	}
 	if err != nil {
 		return nil, MapError(err)
 	}
@@ -204,6 +260,11 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 	})
 	if err != nil {
 		return nil, MapError(err)
+	}
+	if tx != nil {
+		if _, err := tx.Exec(ctx, `DROP TABLE pg_temp.`+stageTable); err != nil {
+			return nil, MapError(err)
+		}
 	}
 	out := make([]Inserted, n)
 	var missQ, missK []string
@@ -246,6 +307,38 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 		out[i].ID = id
 	}
 	return out, nil
+}
+
+// stage creates stageTable in tx, copies effects into it and starts
+// insertStagedSQL.
+func stage(ctx context.Context, tx pgx.Tx, effects []NewEffect) (pgx.Rows, error) {
+	if _, err := tx.Exec(ctx, stageTableSQL); err != nil {
+		return nil, err
+	}
+	i := -1
+	var row [10]any
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		i++
+		if i == len(effects) {
+			return nil, nil
+		}
+		e := &effects[i]
+		row = [10]any{e.Queue, e.Type, e.Key, e.Payload, int32(e.MaxAttempts), e.AvailableAt, e.Delay.Seconds(),
+			nullIfEmpty(e.OrderingKey), nullIfEmpty(e.Traceparent), int64(i + 1)}
+		return row[:], nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", stageTable}, stageColumns, src); err != nil {
+		return nil, err
+	}
+	return tx.Query(ctx, insertStagedSQL)
+}
+
+// nullIfEmpty is s, or nil (NULL) when s is empty.
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // lookupSQL finds the effects of existing keys: one primary-key probe per

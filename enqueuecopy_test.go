@@ -1,0 +1,158 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+// enqueueFunc is one of EnqueueBatch's two ways of sending a batch.
+type enqueueFunc func(ctx context.Context, tx pgx.Tx, effects []pgoutbox.Effect, traceparent string) ([]int64, error)
+
+// copyDiffStep is one transaction of TestEnqueueCopyMatchesArrays: its
+// batches in order, then a commit or a rollback.
+type copyDiffStep struct {
+	name        string
+	batches     [][]pgoutbox.Effect
+	traceparent string
+	rollback    bool
+	isolation   pgx.TxIsoLevel
+}
+
+// TestEnqueueCopyMatchesArrays runs the same transactions through the
+// parameter-array path and the COPY path on two fresh databases and
+// requires the same ids, the same errors and the same rows (effects and
+// key rows) after every step.
+func TestEnqueueCopyMatchesArrays(t *testing.T) {
+	t.Parallel()
+	arrays, copied := setup(t), setup(t)
+	at := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	big := make([]pgoutbox.Effect, 3*pgoutbox.CopyThreshold/2)
+	for i := range big {
+		big[i] = pgoutbox.Effect{Queue: "big", Type: "t", Key: fmt.Sprintf("b%d", i%1200),
+			Payload: map[string]any{"i": i, "pad": strings.Repeat("x", i%300)}}
+		if i%7 == 0 {
+			big[i].OrderingKey = fmt.Sprintf("o%d", i%13)
+		}
+	}
+	// 1e300 is 5 bytes of JSON and 301 characters of jsonb text.
+	expands := json.RawMessage("[" + strings.Repeat("1e300,", 300) + "1]")
+	steps := []copyDiffStep{
+		{name: "fresh keys, every field", batches: [][]pgoutbox.Effect{{
+			{Queue: "q", Type: "t", Key: "k1"},
+			{Queue: "q", Type: "t2", Key: "k2", Payload: map[string]any{"n": 1.5, "s": "é\u2028", "z": nil}, MaxAttempts: 3},
+			{Queue: "q", Type: "t", Key: "k3", AvailableAt: at, OrderingKey: "acct-1"},
+			{Queue: "q", Type: "t", Key: "k4", Delay: 90 * time.Second, OrderingKey: "acct-1"},
+			{Queue: "q2", Type: "t", Key: "k1", Payload: json.RawMessage(`{"b":[1,2,{"c":"d"}], "a":  100e-2}`), MaxAttempts: 1000},
+			{Queue: "q", Type: "t", Key: "k5", OrderingKey: "acct-2", Payload: []byte(`[]`)},
+		}}},
+		{name: "repeats in the batch and existing keys", traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			batches: [][]pgoutbox.Effect{{
+				{Queue: "q", Type: "t", Key: "k6", Payload: map[string]any{"first": true}},
+				{Queue: "q", Type: "other", Key: "k6", Payload: map[string]any{"first": false}},
+				{Queue: "q", Type: "t", Key: "k1", Payload: map[string]any{"ignored": true}},
+				{Queue: "q3", Type: "t", Key: "k6", OrderingKey: "acct-1"},
+				{Queue: "q2", Type: "t", Key: "k1"},
+				{Queue: "q", Type: "t", Key: "k7", OrderingKey: "acct-1", MaxAttempts: 2},
+			}}},
+		{name: "two batches in one transaction", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "k8"}, {Queue: "q", Type: "t", Key: "k9", OrderingKey: "acct-3"}},
+			{{Queue: "q", Type: "t", Key: "k9"}, {Queue: "q", Type: "t", Key: "k10", OrderingKey: "acct-3"}, {Queue: "q", Type: "t", Key: "k8"}},
+		}},
+		{name: "rolled back", rollback: true, batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "gone1"}, {Queue: "q", Type: "t", Key: "k1"}},
+		}},
+		{name: "the rolled-back keys again", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "gone1", MaxAttempts: 5}, {Queue: "q", Type: "t", Key: "gone1"}},
+		}},
+		{name: "large batch, repeats and ordering keys", batches: [][]pgoutbox.Effect{big}},
+		{name: "serializable", isolation: pgx.Serializable, batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "k1"}, {Queue: "q", Type: "t", Key: "s1", OrderingKey: "acct-1"}},
+		}},
+		{name: "invalid effect", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "v1"}, {Queue: "q", Type: "t", Key: "v2", MaxAttempts: -1}},
+		}},
+		{name: "credential key", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "v3", Payload: map[string]any{"a": map[string]any{"password": "x"}}}},
+		}},
+		{name: "payload over the bound once stored", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "v4"}, {Queue: "q", Type: "t", Key: "v5", Payload: expands}},
+		}},
+		{name: "payload jsonb refuses", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "v6", Payload: json.RawMessage(`{"a":"\u0000"}`)}},
+		}},
+		{name: "after the errors", batches: [][]pgoutbox.Effect{
+			{{Queue: "q", Type: "t", Key: "v1"}, {Queue: "q", Type: "t", Key: "v6"}, {Queue: "q", Type: "t", Key: "k2"}},
+		}},
+	}
+	for _, s := range steps {
+		want := runCopyDiffStep(t, arrays, s, pgoutbox.EnqueueBatchArrays)
+		got := runCopyDiffStep(t, copied, s, pgoutbox.EnqueueBatchCopy)
+		if got != want {
+			t.Fatalf("%s: the COPY path answered\n%s\nthe arrays path\n%s", s.name, got, want)
+		}
+		if got, want := copyDiffRows(t, copied), copyDiffRows(t, arrays); !slices.Equal(got, want) {
+			t.Fatalf("%s: rows differ\nCOPY:   %s\narrays: %s", s.name, strings.Join(got, "\n        "), strings.Join(want, "\n        "))
+		}
+	}
+	if n := copied.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'big'`); n != 1200 {
+		t.Fatalf("%d effects in queue big, want 1200", n)
+	}
+}
+
+// runCopyDiffStep runs s through enqueue on b and describes what it
+// answered: the ids of each batch, or the error.
+func runCopyDiffStep(t *testing.T, b *bundle, s copyDiffStep, enqueue enqueueFunc) string {
+	t.Helper()
+	tx, err := b.pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: s.isolation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	var out []string
+	for _, batch := range s.batches {
+		ids, err := enqueue(b.ctx, tx, batch, s.traceparent)
+		if err != nil {
+			return fmt.Sprintf("%s; error %T: %v", strings.Join(out, "; "), err, err)
+		}
+		out = append(out, fmt.Sprint(ids))
+	}
+	if s.rollback {
+		return strings.Join(out, "; ") + "; rolled back"
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, "; ")
+}
+
+// copyDiffRows is every effect and key row of b, one line each; a
+// schedule relative to the enqueue is given as its offset from created_at.
+func copyDiffRows(t *testing.T, b *bundle) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `
+SELECT format('effect %s %s %s %s %s %s %s %s %s %s %s', id, queue, effect_type, idempotency_key, payload::text,
+    max_attempts, CASE WHEN available_at > now() + interval '1 year' THEN available_at::text
+                       ELSE (available_at - created_at)::text END,
+    coalesce(ordering_key, '-'), coalesce(traceparent, '-'), state, attempts)
+FROM pgoutbox.effects
+UNION ALL
+SELECT format('key %s %s %s', queue, idempotency_key, effect_id) FROM pgoutbox.effect_keys
+ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
