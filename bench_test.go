@@ -2,6 +2,7 @@ package pgoutbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strconv"
 	"testing"
@@ -253,5 +254,50 @@ func BenchmarkHotKeyNeighbours(b *testing.B) {
 				b.ReportMetric(float64(hot*b.N)/hotT.Seconds(), "hot-effects/s")
 			}
 		})
+	}
+}
+
+// BenchmarkEnqueuePaths measures EnqueueBatch's two ways of sending a batch
+// side by side, one transaction per batch of 300-byte effects, each size
+// and path on a fresh database: parameter arrays (below CopyThreshold) and
+// COPY into a temporary table (from CopyThreshold on). Where their
+// effects/s cross is where CopyThreshold belongs (nothing is asserted).
+// Run: go test -run '^$' -bench EnqueuePaths -benchtime 20000x .
+// (-benchtime counts batches; 20000x stops at 100,000 effects per run.)
+func BenchmarkEnqueuePaths(b *testing.B) {
+	paths := []struct {
+		name    string
+		enqueue enqueueFunc
+	}{{"arrays", pgoutbox.EnqueueBatchArrays}, {"copy", pgoutbox.EnqueueBatchCopy}}
+	for _, size := range []int{10, 100, 250, 500, 1000, 2000, 5000} {
+		for _, p := range paths {
+			b.Run("size="+strconv.Itoa(size)+"/path="+p.name, func(b *testing.B) {
+				pool, _ := pgtest.NewPool(b)
+				ctx := context.Background()
+				effects := make([]pgoutbox.Effect, size)
+				payload := json.RawMessage(`{"pad":"` + pad300 + `"}`)
+				n := 0
+				b.ResetTimer()
+				for i := range b.N {
+					if n >= 100_000 {
+						break
+					}
+					b.StopTimer()
+					for j := range effects {
+						effects[j] = pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i) + "." + strconv.Itoa(j), Payload: payload}
+					}
+					b.StartTimer()
+					err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						_, err := p.enqueue(ctx, tx, effects, "")
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					n += size
+				}
+				b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "effects/s")
+			})
+		}
 	}
 }

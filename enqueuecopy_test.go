@@ -3,6 +3,7 @@ package pgoutbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgoutbox/pgoutbox"
 )
@@ -155,4 +157,134 @@ ORDER BY 1`)
 		t.Fatal(err)
 	}
 	return lines
+}
+
+// TestEnqueueCopyGivesAnEnqueuerNothing: a role that may only enqueue
+// (through the SQL API, with a grant on the queue) gains nothing from the
+// COPY path: it can create its own temporary table, but the statement that
+// reads it writes pgoutbox's tables with the caller's privileges, so both
+// paths refuse it alike (42501) and write nothing.
+func TestEnqueueCopyGivesAnEnqueuerNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	role := b.tempRole(t, "copyenq")
+	b.grantEnqueue(t, role, "q", "")
+	batch := []pgoutbox.Effect{
+		{Queue: "q", Type: "t", Key: "a"},
+		{Queue: "q", Type: "t", Key: "b", OrderingKey: "o"},
+	}
+	answers := map[string]string{}
+	for name, enqueue := range map[string]enqueueFunc{"arrays": pgoutbox.EnqueueBatchArrays, "copy": pgoutbox.EnqueueBatchCopy} {
+		err := b.asRole(role, func(tx pgx.Tx) error {
+			_, err := enqueue(b.ctx, tx, batch, "")
+			return err
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Fatalf("%s path as %s: %v, want insufficient_privilege (42501)", name, role, err)
+		}
+		answers[name] = err.Error()
+	}
+	if answers["arrays"] != answers["copy"] {
+		t.Fatalf("the paths refuse differently:\narrays: %s\ncopy:   %s", answers["arrays"], answers["copy"])
+	}
+	if n := b.count(t); n != 0 {
+		t.Fatalf("%d effects written by a role that may only enqueue through the SQL API", n)
+	}
+	// The grant still works through the SQL API.
+	if err := b.execAs(role, `SELECT pgoutbox.enqueue('q', 't', 'c')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEnqueueCopyThroughPgBouncer: the COPY path works through a
+// transaction-pooling PgBouncer (exec query mode), commits and rolls back
+// with the caller's transaction, and leaves no temporary table behind for
+// the next transaction on the server connection.
+func TestEnqueueCopyThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	p := setupPooled(t)
+	batch := func(prefix string) []pgoutbox.Effect {
+		out := make([]pgoutbox.Effect, pgoutbox.CopyThreshold)
+		for i := range out {
+			out[i] = pgoutbox.Effect{Queue: "q", Type: "t", Key: fmt.Sprintf("%s%d", prefix, i)}
+		}
+		return out
+	}
+	tx, err := p.pool.Begin(p.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgoutbox.EnqueueBatch(p.ctx, tx, batch("rolled")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(p.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		ids := p.enqueue(t, batch(fmt.Sprint("c", round))...)
+		if len(ids) != pgoutbox.CopyThreshold || ids[0] == ids[len(ids)-1] {
+			t.Fatalf("round %d: %d ids from %d to %d", round, len(ids), ids[0], ids[len(ids)-1])
+		}
+	}
+	if n := p.count(t); n != 3*int64(pgoutbox.CopyThreshold) {
+		t.Fatalf("%d effects, want %d (the rolled-back batch none)", n, 3*pgoutbox.CopyThreshold)
+	}
+	left := p.scalar(t, `SELECT count(*) FROM pg_class WHERE relname = 'pgoutbox_enqueue_stage'`)
+	if left != 0 {
+		t.Fatalf("%d staging tables outlived their transactions", left)
+	}
+}
+
+// TestEnqueueCopyTakesTheOrderingLock: a COPY batch with an ordering key
+// waits for an open transaction that enqueued to that key (by either path)
+// before it draws any id, so the key's ids follow the commit order.
+func TestEnqueueCopyTakesTheOrderingLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback(b.ctx) }()
+	if _, err := pgoutbox.EnqueueBatchArrays(b.ctx, first, []pgoutbox.Effect{{Queue: "q", Type: "t", Key: "a", OrderingKey: "acct"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		ids []int64
+		err error
+	}
+	second := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			a.ids, err = pgoutbox.EnqueueBatchCopy(b.ctx, tx, []pgoutbox.Effect{
+				{Queue: "q", Type: "t", Key: "free"},
+				{Queue: "q", Type: "t", Key: "b", OrderingKey: "acct"},
+			}, "")
+			return err
+		})
+		second <- a
+	}()
+	b.waitFor(t, "the COPY batch to wait for the ordering lock", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%ordering_lock%'`) > 0
+	})
+	// Later than the waiting batch's start, an id drawn now: the waiting
+	// batch has drawn none yet.
+	var drawn int64
+	if err := first.QueryRow(b.ctx, `SELECT nextval('pgoutbox.effects_id_seq')`).Scan(&drawn); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-second
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.ids[0] <= drawn || a.ids[1] <= drawn {
+		t.Fatalf("the COPY batch's ids %v were drawn before the first transaction ended (it drew %d)", a.ids, drawn)
+	}
 }
