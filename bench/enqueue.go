@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 	"github.com/pgoutbox/pgoutbox/migrations"
 )
@@ -40,6 +41,9 @@ func init() {
 			{"copy_river", "COPY / River", 2},
 			{"arrays_river", "arrays / River", 2},
 			{"public_river", "EnqueueBatch / River", 2},
+			{"wal_arrays", "WAL bytes/effect, arrays", 0},
+			{"wal_copy", "WAL bytes/effect, COPY", 0},
+			{"wal_river", "WAL bytes/effect, River", 0},
 		},
 		run: runEnqueue,
 	})
@@ -101,22 +105,37 @@ func runEnqueue(ctx context.Context, e *env) (result, error) {
 		{"river_per_s", func(ctx context.Context, seq, n int) error { return rr.InsertBatch(ctx, e.prod, seq, n) }},
 	}
 	spent := make([]time.Duration, len(ways))
+	wal := make([]float64, len(ways))
 	batch := e.o.insertBatch
 	for round, seq := 0, 0; seq < e.o.n; round, seq = round+1, seq+batch {
 		n := min(batch, e.o.n-seq)
 		for j := range ways {
 			w := (round + j) % len(ways) // each way goes first in turn
+			lsn, err := benchrun.WALLSN(ctx, e.pool)
+			if err != nil {
+				return nil, err
+			}
 			t0 := time.Now()
 			if err := ways[w].write(ctx, seq, n); err != nil {
 				return nil, fmt.Errorf("%s: %w", ways[w].key, err)
 			}
 			spent[w] += time.Since(t0)
+			// Server-wide, so autovacuum's is counted with the way it
+			// ran beside.
+			b, err := benchrun.WALSince(ctx, e.pool, lsn)
+			if err != nil {
+				return nil, err
+			}
+			wal[w] += b
 		}
 	}
 	res := result{}
 	for i, w := range ways {
 		res[w.key] = float64(e.o.n) / spent[i].Seconds()
 	}
+	res["wal_arrays"] = wal[0] / float64(e.o.n)
+	res["wal_copy"] = wal[1] / float64(e.o.n)
+	res["wal_river"] = wal[3] / float64(e.o.n)
 	res["copy_arrays"] = res["copy_per_s"] / res["arrays_per_s"]
 	res["copy_river"] = res["copy_per_s"] / res["river_per_s"]
 	res["arrays_river"] = res["arrays_per_s"] / res["river_per_s"]
