@@ -109,60 +109,71 @@ func TestKeyRowsFollowEffects(t *testing.T) {
 }
 
 // A concurrent enqueue of the same key waits for the first transaction: it
-// gets the first's id if that commits, and creates the effect if it rolls back.
+// gets the first's id if that commits, and creates the effect if it rolls back,
+// whether it sends its batch as arrays or by COPY.
 func TestEnqueueSameKeyConcurrently(t *testing.T) {
 	t.Parallel()
+	paths := map[string]enqueueFunc{"arrays": pgoutbox.EnqueueBatchArrays, "copy": pgoutbox.EnqueueBatchCopy}
 	for _, commit := range []bool{true, false} {
-		t.Run(fmt.Sprintf("first-commits=%v", commit), func(t *testing.T) {
-			b := setup(t)
-			e := pgoutbox.Effect{Queue: "q", Type: "t", Key: "same"}
-			first, err := b.pool.Begin(b.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = first.Rollback(context.Background()) }()
-			firstID, err := pgoutbox.Enqueue(b.ctx, first, e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			type result struct {
-				id  int64
-				err error
-			}
-			second := make(chan result, 1)
-			go func() {
-				var id int64
-				err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-					var err error
-					id, err = pgoutbox.Enqueue(b.ctx, tx, e)
-					return err
-				})
-				second <- result{id, err}
-			}()
-			// The second enqueue is blocked on the first's key row.
-			b.waitFor(t, "the second enqueue to wait for the first", func() bool {
-				return b.scalar(t, `SELECT count(*) FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%effect_keys%'`) == 1
+		for path, enqueue := range paths {
+			t.Run(fmt.Sprintf("first-commits=%v/second=%s", commit, path), func(t *testing.T) {
+				sameKeyConcurrently(t, commit, enqueue)
 			})
-			if commit {
-				err = first.Commit(b.ctx)
-			} else {
-				err = first.Rollback(b.ctx)
+		}
+	}
+}
+
+func sameKeyConcurrently(t *testing.T, commit bool, enqueue enqueueFunc) {
+	t.Parallel()
+	b := setup(t)
+	e := pgoutbox.Effect{Queue: "q", Type: "t", Key: "same"}
+	first, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback(context.Background()) }()
+	firstID, err := pgoutbox.Enqueue(b.ctx, first, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		id  int64
+		err error
+	}
+	second := make(chan result, 1)
+	go func() {
+		var id int64
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			ids, err := enqueue(b.ctx, tx, []pgoutbox.Effect{e}, "")
+			if err == nil {
+				id = ids[0]
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := <-second
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			if commit != (r.id == firstID) {
-				t.Fatalf("first commits=%v: second got %d, first had %d", commit, r.id, firstID)
-			}
-			if e, k := b.count(t), b.keyRows(t); e != 1 || k != 1 {
-				t.Fatalf("%d effects and %d key rows, want 1 and 1", e, k)
-			}
+			return err
 		})
+		second <- result{id, err}
+	}()
+	// The second enqueue is blocked on the first's key row.
+	b.waitFor(t, "the second enqueue to wait for the first", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%effect_keys%'`) == 1
+	})
+	if commit {
+		err = first.Commit(b.ctx)
+	} else {
+		err = first.Rollback(b.ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-second
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if commit != (r.id == firstID) {
+		t.Fatalf("first commits=%v: second got %d, first had %d", commit, r.id, firstID)
+	}
+	if e, k := b.count(t), b.keyRows(t); e != 1 || k != 1 {
+		t.Fatalf("%d effects and %d key rows, want 1 and 1", e, k)
 	}
 }
 
