@@ -100,8 +100,9 @@ func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
 // COMMIT DROP), from which that one statement reads it; a smaller batch
 // is sent as parameter arrays. Both write the same rows and return the
 // same ids and errors. The COPY form needs the TEMPORARY privilege on the
-// database (granted to PUBLIC by default), and a transaction that used it
-// cannot PREPARE TRANSACTION.
+// database (granted to PUBLIC by default; where it is revoked, send
+// batches of fewer than CopyThreshold effects), and a transaction that used
+// it cannot PREPARE TRANSACTION.
 //
 // tx should be READ COMMITTED (PostgreSQL's default). Under REPEATABLE READ
 // or SERIALIZABLE, a key that a concurrent transaction committed after tx's
@@ -133,7 +134,8 @@ func EnqueueBatch(ctx context.Context, tx pgx.Tx, effects []Effect) ([]int64, er
 // than as parameter arrays (1,000 effects), where the two measured even
 // here (docs/benchmarks.md, "Enqueue"): the COPY form costs three more
 // round trips (create the temporary table, COPY, drop it), which made it
-// 0.84× the arrays' rate at 250 effects a batch and 1.1-1.3× from 2,000.
+// 0.86× the arrays' rate at 250 effects a batch, 1.02× at 1,000 and
+// 1.1-1.3× from 2,000.
 const CopyThreshold = 1000
 
 // enqueuePath chooses how enqueueBatch sends a batch.
