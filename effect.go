@@ -100,9 +100,10 @@ func Enqueue(ctx context.Context, tx pgx.Tx, e Effect) (int64, error) {
 // COMMIT DROP), from which that one statement reads it; a smaller batch
 // is sent as parameter arrays. Both write the same rows and return the
 // same ids and errors. The COPY form needs the TEMPORARY privilege on the
-// database (granted to PUBLIC by default; where it is revoked, send
-// batches of fewer than CopyThreshold effects), and a transaction that used
-// it cannot PREPARE TRANSACTION.
+// database (granted to PUBLIC by default): for a role without it the batch
+// is sent as arrays. A transaction that used it cannot PREPARE
+// TRANSACTION: a two-phase commit sends batches of fewer than
+// CopyThreshold effects.
 //
 // tx should be READ COMMITTED (PostgreSQL's default). Under REPEATABLE READ
 // or SERIALIZABLE, a key that a concurrent transaction committed after tx's

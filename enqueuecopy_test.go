@@ -288,3 +288,48 @@ func TestEnqueueCopyTakesTheOrderingLock(t *testing.T) {
 		t.Fatalf("the COPY batch's ids %v were drawn before the first transaction ended (it drew %d)", a.ids, drawn)
 	}
 }
+
+// A role that writes the tables directly but lacks the TEMPORARY privilege
+// (revoked from PUBLIC) still enqueues a batch of CopyThreshold effects:
+// EnqueueBatch sends it as arrays instead of aborting the caller's
+// transaction on CREATE TEMPORARY TABLE.
+func TestEnqueueCopyWithoutTemporaryPrivilege(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	role := fmt.Sprintf("notemp_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		`CREATE ROLE ` + role + ` NOLOGIN`,
+		`DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$`,
+		`GRANT USAGE ON SCHEMA pgoutbox TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA pgoutbox TO ` + role,
+		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA pgoutbox TO ` + role,
+	} {
+		if _, err := b.pool.Exec(b.ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := b.pool.Exec(ctx, `DROP OWNED BY `+role); err != nil {
+			t.Errorf("drop owned: %v", err)
+		}
+		if _, err := b.pool.Exec(ctx, `DROP ROLE `+role); err != nil {
+			t.Errorf("drop role: %v", err)
+		}
+	})
+	batch := make([]pgoutbox.Effect, pgoutbox.CopyThreshold)
+	for i := range batch {
+		batch[i] = pgoutbox.Effect{Queue: "q", Type: "t", Key: fmt.Sprint("k", i)}
+	}
+	err := b.asRole(role, func(tx pgx.Tx) error {
+		_, err := pgoutbox.EnqueueBatch(b.ctx, tx, batch)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("a role without TEMPORARY enqueuing %d effects: %v", len(batch), err)
+	}
+	if n := b.count(t); n != int64(len(batch)) {
+		t.Fatalf("%d effects written, want %d", n, len(batch))
+	}
+}

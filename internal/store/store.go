@@ -187,6 +187,10 @@ func Insert(ctx context.Context, db DBTX, effects []NewEffect) ([]Inserted, erro
 // outlives the call, which a transaction-pooling PgBouncer requires.
 const stageTable = "pgoutbox_enqueue_stage"
 
+// mayStageSQL reports whether the current role may create the staging
+// table (the TEMPORARY privilege on the database).
+const mayStageSQL = `SELECT has_database_privilege(current_database(), 'TEMPORARY')`
+
 // stageTableSQL creates stageTable with insertSQL's input columns; ord is
 // the position in the batch.
 const stageTableSQL = `CREATE TEMPORARY TABLE ` + stageTable + ` (
@@ -204,9 +208,9 @@ var stageColumns = []string{"queue", "effect_type", "idempotency_key", "payload"
 // temporary table in tx (stageTable) and one insert-select
 // (insertStagedSQL) reads it from there, instead of as nine parameter
 // arrays that the server unnests. The temporary table needs the
-// TEMPORARY privilege on the database (PostgreSQL grants it to PUBLIC)
-// and, like every temporary object, makes tx unable to PREPARE
-// TRANSACTION.
+// TEMPORARY privilege on the database (PostgreSQL grants it to PUBLIC):
+// without it, InsertCopy sends arrays as Insert does. Like every temporary
+// object, it makes tx unable to PREPARE TRANSACTION.
 func InsertCopy(ctx context.Context, tx pgx.Tx, effects []NewEffect) ([]Inserted, error) {
 	return insert(ctx, tx, effects, tx)
 }
@@ -233,6 +237,17 @@ func insert(ctx context.Context, db DBTX, effects []NewEffect, tx pgx.Tx) ([]Ins
 				traceparents = make([]*string, n)
 			}
 			traceparents[i] = &e.Traceparent
+		}
+	}
+	if tx != nil {
+		// Where the TEMPORARY privilege was revoked, a CREATE TEMPORARY
+		// TABLE would abort the caller's transaction: send arrays instead.
+		var mayStage bool
+		if err := tx.QueryRow(ctx, mayStageSQL).Scan(&mayStage); err != nil {
+			return nil, MapError(err)
+		}
+		if !mayStage {
+			db, tx = tx, nil
 		}
 	}
 	if ordered {
