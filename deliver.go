@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -40,6 +42,13 @@ type DeliverOptions struct {
 	// delivery interrupted so that would be retried, or is ambiguous, is
 	// then released for another worker at once instead of after a backoff.
 	Stopping error
+	// TracerProvider makes the delivery's consumer span "process <queue>"
+	// (docs/operations.md, "Tracing"), the span a Client makes: a child of
+	// the enqueue's span on the first attempt, linked to it on every
+	// attempt, ended with the outcome and the state. Default
+	// otel.GetTracerProvider(), the global provider, a no-op until the
+	// application installs an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // Failure is a failed delivery offered to DeliverOptions.HandBack.
@@ -109,7 +118,9 @@ func (e *RecordError) Delivered() bool { return engine.Op(e.Op).Delivered() }
 // by the lease, together with the transitions the handler registered
 // (Delivery.OnComplete). A TxHandler runs inside the completion
 // transaction. t may be the zero EffectType (no handler registered): the
-// effect is then retried.
+// effect is then retried. The delivery is traced as a Client's is: a
+// consumer span continuing the enqueue's trace, ended with the outcome
+// (DeliverOptions.TracerProvider); the handler's ctx carries it.
 //
 // It returns an error wrapping ErrLeaseLost when the lease was lost
 // (nothing was written), or a *RecordError when the outcome could not be
@@ -130,6 +141,11 @@ func (l *Lease) Deliver(ctx context.Context, pool *pgxpool.Pool, t EffectType, o
 	if backoffCap <= 0 {
 		backoffCap = BackoffCapDefault
 	}
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	ctx = startDeliverySpan(ctx, tp.Tracer(TracerName), &l.Delivery, l.traceparent)
 	j := engine.JobOf(t, &l.Delivery, timeout)
 	j.Fence = l.fence
 	if opts.HandBack != nil {
@@ -156,12 +172,16 @@ func (l *Lease) Deliver(ctx context.Context, pool *pgxpool.Pool, t EffectType, o
 		res.State = StateCompleted
 	case engine.Failed:
 		res.State = r.State
+	}
+	engine.EndSpan(&l.Delivery, r.Outcome, res.State)
+	switch r.Status {
+	case engine.Completed, engine.Failed:
+		return res, nil
 	case engine.LeaseLost:
 		return res, leaseLost(string(r.Op), l.ID)
 	default: // WriteFailed, Unrecorded
 		return res, &RecordError{Op: string(r.Op), Err: r.WriteErr}
 	}
-	return res, nil
 }
 
 // Completer group-commits the completions of deliveries made with

@@ -40,7 +40,8 @@ const (
 // lease that was recovered returns ErrLeaseLost and changes nothing.
 type Lease struct {
 	Delivery
-	fence store.Fence
+	fence       store.Fence
+	traceparent string // the enqueue's W3C traceparent, "" for none
 }
 
 // ClaimLeases leases up to limit available effects of queue for owner, oldest
@@ -62,8 +63,14 @@ func leasesOf(claimed []store.Claimed) []*Lease {
 }
 
 func newLease(cl store.Claimed) *Lease {
-	return &Lease{Delivery: *newDelivery(cl), fence: cl.Fence()}
+	return &Lease{Delivery: *newDelivery(cl), fence: cl.Fence(), traceparent: cl.Traceparent}
 }
+
+// Traceparent is the W3C traceparent the effect's enqueue stored (its
+// creation context, docs/operations.md "Tracing"), "" when it has none: a
+// relay passes it on to its broker as a traceparent message header.
+// (*Lease).Deliver continues it itself.
+func (l *Lease) Traceparent() string { return l.traceparent }
 
 func leaseLost(op string, id int64) error {
 	return fmt.Errorf("pgoutbox: %s effect %d: %w", op, id, ErrLeaseLost)

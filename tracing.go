@@ -114,12 +114,20 @@ func spanContextOf(traceparent string) trace.SpanContext {
 	return trace.SpanContextFromContext(ctx)
 }
 
-// deliverySpan starts d's consumer span "process <queue>" in ctx and keeps it
-// in d, for engine.EndSpan. The first attempt is a child of the enqueue's span (the
-// stored traceparent); a later one starts a trace of its own, so that
-// retries hours apart are not one long trace. Every attempt links to the
-// enqueue's span (the conventions' creation context).
+// deliverySpan starts d's consumer span "process <queue>" in ctx with the
+// Client's tracer (startDeliverySpan).
 func (c *Client) deliverySpan(ctx context.Context, d *Delivery, traceparent string) context.Context {
+	return startDeliverySpan(ctx, c.tracer, d, traceparent)
+}
+
+// startDeliverySpan starts d's consumer span "process <queue>" in ctx with
+// tracer and keeps it in d, for engine.EndSpan: the one span of a delivery,
+// whether a Client or (*Lease).Deliver makes it. The first attempt is a
+// child of the enqueue's span (the stored traceparent); a later one starts
+// a trace of its own, so that retries hours apart are not one long trace.
+// Every attempt links to the enqueue's span (the conventions' creation
+// context).
+func startDeliverySpan(ctx context.Context, tracer trace.Tracer, d *Delivery, traceparent string) context.Context {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 	if sc := spanContextOf(traceparent); sc.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
@@ -129,7 +137,7 @@ func (c *Client) deliverySpan(ctx context.Context, d *Delivery, traceparent stri
 			opts = append(opts, trace.WithNewRoot())
 		}
 	}
-	ctx, span := c.tracer.Start(ctx, "process "+d.Queue, opts...)
+	ctx, span := tracer.Start(ctx, "process "+d.Queue, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
 			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/adapters/nats/internal/handoff"
@@ -78,6 +79,11 @@ type ConsumerConfig struct {
 	Logger *slog.Logger
 	// Registerer receives the consumer's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// TracerProvider makes each delivery's consumer span "process <queue>"
+	// (pgoutbox.DeliverOptions.TracerProvider), continuing the trace of the
+	// effect's enqueue. Default otel.GetTracerProvider(), the global
+	// provider, a no-op until the application installs an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // Consumer delivers relayed effects from JetStream with the registered
@@ -470,6 +476,7 @@ func (q *consumerQueue) deliver(ctx context.Context, l *handoff.Lease, m jetstre
 	var nakDelay time.Duration
 	opts := pgoutbox.DeliverOptions{
 		Timeout: q.cfg.DeliveryTimeout, BackoffCap: c.cfg.Retry.BackoffCap, Completer: c.commit, Stopping: errStopped,
+		TracerProvider: c.cfg.TracerProvider,
 		HandBack: func(ctx context.Context, f pgoutbox.Failure) (bool, error) {
 			if !f.Retry || l.Attempt >= l.MaxAttempts || q.lastDelivery(m) {
 				// Dead letter, reconciliation, or (on the message's last

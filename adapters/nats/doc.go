@@ -80,6 +80,19 @@
 // DeliverOptions.HandBack), the engine a Client delivers with. An adapter
 // for another broker can be built on the same calls.
 //
+// # Tracing
+//
+// A relayed effect's trace runs from its enqueue to its delivery, as with a
+// Client (docs/operations.md, "Tracing"). The relay publishes the
+// traceparent its enqueue stored (the creation context) as the message's
+// traceparent header (HeaderTraceparent), unchanged: the relay forwards, it
+// does not produce, and starts no span of its own. A consumer continues
+// the trace from the effect's row, which it reads when it takes the effect
+// over, not from the header: the row is the source of truth and the two
+// are the same (the header exists for other subscribers of the stream).
+// Each delivery is a consumer span "process <queue>" made with
+// ConsumerConfig.TracerProvider, ended with its outcome.
+//
 // # The duplicate window
 //
 // Relay and consumer refuse to start when the stream's duplicate window is

@@ -365,6 +365,9 @@ func (r *Relay) message(l *handoff.Lease, msgID string) (*natsgo.Msg, error) {
 	msg.Header.Set(HeaderEffectID, strconv.FormatInt(l.ID, 10))
 	msg.Header.Set(HeaderQueue, l.Queue)
 	msg.Header.Set(HeaderType, l.Type)
+	if tp := l.Traceparent(); tp != "" {
+		msg.Header.Set(HeaderTraceparent, tp)
+	}
 	return msg, nil
 }
 

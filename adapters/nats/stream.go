@@ -36,6 +36,12 @@ const (
 	HeaderType     = "Pgoutbox-Effect-Type"
 )
 
+// HeaderTraceparent is the W3C Trace Context header a relayed message
+// carries when its effect's enqueue stored a traceparent: the effect's
+// creation context, passed on unchanged (the package documentation,
+// "Tracing").
+const HeaderTraceparent = "traceparent"
+
 // Stream names the JetStream stream of relayed effects. The relay creates it
 // when it is missing and checks it when it exists; so does a consumer.
 type Stream struct {

@@ -198,13 +198,14 @@ WITH input AS (
     WHERE e.id = d.id AND d.action IN ('taken', 'reconcile', 'exhausted')
         AND e.id = ANY(ARRAY(SELECT id FROM decided))
     RETURNING e.id, e.state::text AS state, e.lease_token, e.attempts, e.max_attempts, e.queue, e.payload,
-        e.created_at, e.ordering_key
+        e.created_at, e.ordering_key, e.traceparent
 )
 SELECT i.id,
     coalesce(d.action, CASE WHEN ex.id IS NULL THEN 'missing' ELSE 'busy' END),
     coalesce(u.state, ex.state::text, ''),
     u.lease_token, coalesce(u.attempts, 0), coalesce(u.max_attempts, 0), coalesce(u.queue, ''), u.payload,
-    coalesce(u.created_at, now()), coalesce(d.wait_s, 0), coalesce(u.ordering_key, '')
+    coalesce(u.created_at, now()), coalesce(d.wait_s, 0), coalesce(u.ordering_key, ''),
+    coalesce(u.traceparent, '')
 FROM input i
 LEFT JOIN decided d ON d.id = i.id
 LEFT JOIN upd u ON u.id = i.id
@@ -242,7 +243,7 @@ func TakeOver(ctx context.Context, db DBTX, reqs []TakeOverReq, handoff, owner s
 		var wait float64
 		c := &r.Claimed
 		if err := rows.Scan(&c.ID, &r.Action, &r.State, &tok, &c.Attempt, &c.MaxAttempts, &c.Queue, &c.Payload,
-			&c.CreatedAt, &wait, &c.OrderingKey); err != nil {
+			&c.CreatedAt, &wait, &c.OrderingKey, &c.Traceparent); err != nil {
 			return nil, err
 		}
 		if tok != nil {
