@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,19 +80,15 @@ func (s *ceilingSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc work
 	// pgoutbox's ClaimBatch is capped at Concurrency.
 	sys := *s
 	sys.batch = max(1, min(s.batch, wc.workers))
-	return &ceilingRunner{sys: &sys, pool: pool, payload: string(payload), onWork: wc.onWork, completed: &benchrun.Counter{}}, nil
+	return &ceilingRunner{sys: &sys, pool: pool, payload: string(payload), onWork: wc.onWork, loops: loops{completed: &benchrun.Counter{}}}, nil
 }
 
 type ceilingRunner struct {
-	sys       *ceilingSystem
-	pool      *pgxpool.Pool
-	payload   string
-	onWork    func(id int64)
-	completed *benchrun.Counter
-	cancel    context.CancelFunc
-	done      sync.WaitGroup
-	mu        sync.Mutex
-	err       error
+	sys     *ceilingSystem
+	pool    *pgxpool.Pool
+	payload string
+	onWork  func(id int64)
+	loops
 }
 
 const ceilingInsert = `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, payload)
@@ -174,15 +169,9 @@ func (r *ceilingRunner) loop(ctx context.Context) {
 			}
 			n, err = r.durableBatch(ctx, token)
 		}
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-				r.mu.Lock()
-				if r.err == nil {
-					r.err = err
-				}
-				r.mu.Unlock()
-				idle = 10 * time.Millisecond
-			}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			r.fail(ctx, err)
+			idle = 10 * time.Millisecond
 		}
 		if n > 0 {
 			idle = 0
@@ -285,15 +274,3 @@ func scanIDs(rows pgx.Rows) ([]int64, error) {
 	}
 	return ids, rows.Err()
 }
-
-func (r *ceilingRunner) Stop(ctx context.Context) error {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.done.Wait()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
-func (r *ceilingRunner) Completed() *benchrun.Counter { return r.completed }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -126,19 +125,15 @@ func (s *pgqSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerCo
 	if err != nil {
 		return nil, err
 	}
-	return &pgqRunner{sys: s, pool: pool, payload: string(payload), onWork: wc.onWork, completed: &benchrun.Counter{}}, nil
+	return &pgqRunner{sys: s, pool: pool, payload: string(payload), onWork: wc.onWork, loops: loops{completed: &benchrun.Counter{}}}, nil
 }
 
 type pgqRunner struct {
-	sys       *pgqSystem
-	pool      *pgxpool.Pool
-	payload   string
-	onWork    func(id int64)
-	completed *benchrun.Counter
-	cancel    context.CancelFunc
-	done      sync.WaitGroup
-	mu        sync.Mutex
-	err       error
+	sys     *pgqSystem
+	pool    *pgxpool.Pool
+	payload string
+	onWork  func(id int64)
+	loops
 }
 
 // pgqInsert inserts one event per payload with pgq.insert_event, in one
@@ -178,17 +173,6 @@ func (r *pgqRunner) Start(ctx context.Context) error {
 	r.done.Go(func() { r.ticker(cctx) })
 	r.done.Go(func() { r.consume(cctx) })
 	return nil
-}
-
-func (r *pgqRunner) fail(ctx context.Context, err error) {
-	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) {
-		return
-	}
-	r.mu.Lock()
-	if r.err == nil {
-		r.err = err
-	}
-	r.mu.Unlock()
 }
 
 // ticker is pgqd's ticker: SELECT pgq.ticker() every tickEvery.
@@ -262,15 +246,3 @@ func (r *pgqRunner) batch(ctx context.Context) (int, error) {
 	}
 	return len(ids), nil
 }
-
-func (r *pgqRunner) Stop(ctx context.Context) error {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.done.Wait()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
-func (r *pgqRunner) Completed() *benchrun.Counter { return r.completed }

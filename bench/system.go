@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -57,3 +59,38 @@ type system interface {
 
 // runner is one prepared client: it inserts, then runs until stopped; one system's workers (benchrun.Runner).
 type runner = benchrun.Runner
+
+// loops is the plumbing of a runner whose work is its own goroutines (the
+// SQL ceilings, PgQ's ticker and consumer): Stop cancels and waits for
+// them, and returns the first error one of them recorded with fail.
+type loops struct {
+	completed *benchrun.Counter
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
+	mu        sync.Mutex
+	err       error
+}
+
+// fail records err unless it is nil or the loops are stopping (ctx ended).
+func (l *loops) fail(ctx context.Context, err error) {
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+func (l *loops) Stop(ctx context.Context) error {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.done.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *loops) Completed() *benchrun.Counter { return l.completed }
