@@ -86,6 +86,7 @@ type options struct {
 	svgDir           string
 	plot             string
 	pss              bool // pg_stat_statements is preloaded (set by run)
+	xmin             xminOptions
 }
 
 // defaultSystems is -systems' default.
@@ -148,6 +149,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.curveN, "curve-n", 100000, "curves: backlog of the payload and process points")
 	fs.StringVar(&o.svgDir, "svg", "", "curves: draw the plots as SVG files into this directory")
 	fs.StringVar(&o.plot, "plot", "", "only draw the SVG plots (into -svg) from this curves JSON file (written by -curves -json), then exit")
+	o.xmin.register(fs)
 	fs.StringVar(&o.child, "child", "", "internal: run as a worker process of the scale scenario")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -406,6 +408,9 @@ func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	}
 	if o.curves {
 		return runCurves(ctx, o, admin, systems, stdout, stderr)
+	}
+	if o.xmin.on {
+		return runXmin(ctx, o, admin, systems, stdout, stderr)
 	}
 	var version, settings string
 	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
