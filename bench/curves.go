@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -182,7 +184,11 @@ func curvePointRun(ctx context.Context, o *options, admin *pgxpool.Pool, sysName
 	// At most ~8 MB of payload per insert transaction.
 	batch := max(1, min(o.insertBatch, (8<<20)/max(1, p.PayloadBytes)))
 	t0 := time.Now()
-	if err := benchrun.InsertBacklog(ctx, prod, ins, p.Backlog, batch, nil); err != nil {
+	var inserted atomic.Int64
+	stopProgress := insertProgress(p, &inserted, t0)
+	err = benchrun.InsertBacklog(ctx, prod, ins, p.Backlog, batch, &inserted)
+	stopProgress()
+	if err != nil {
 		return nil, err
 	}
 	res := result{"insert_per_s": float64(p.Backlog) / time.Since(t0).Seconds()}
@@ -212,6 +218,27 @@ func curvePointRun(ctx context.Context, o *options, admin *pgxpool.Pool, sysName
 	res["cpu_pg_us"] = pgSec / n * 1e6
 	res["cpu_worker_us"] = d.cpu / n * 1e6
 	return res, nil
+}
+
+// insertProgress reports a long pre-insert (10M effects take minutes) on
+// stderr every minute until the returned function is called.
+func insertProgress(p curvePoint, inserted *atomic.Int64, t0 time.Time) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n := inserted.Load()
+				fmt.Fprintf(os.Stderr, "  %s pre-insert %s/%s effects, %s/s\n", p.System, fmtNum(float64(n), 0),
+					fmtNum(float64(p.Backlog), 0), fmtNum(float64(n)/time.Since(t0).Seconds(), 0))
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // curveAxes are the three axes: name, x label, the x of a point.
@@ -279,10 +306,19 @@ func printCurves(w io.Writer, f *curvesFile) {
 			for _, x := range xs {
 				rows[0] = append(rows[0], fmtNum(float64(x), 0))
 			}
+			// The backlog axis also gives its largest point as a ratio
+			// to its smallest (issue 32: drain at 10M within 10 % of 100k).
+			spread := ax.name == "backlog" && len(xs) > 1
+			if spread {
+				rows[0] = append(rows[0], fmtNum(float64(xs[len(xs)-1]), 0)+" / "+fmtNum(float64(xs[0]), 0))
+			}
 			for _, s := range f.Systems {
 				row := []string{s}
 				for _, y := range series[s] {
 					row = append(row, fmtNum(y, fig.decimals))
+				}
+				if spread {
+					row = append(row, fmtNum(lastOverFirst(series[s]), 2))
 				}
 				rows = append(rows, row)
 			}
@@ -290,6 +326,15 @@ func printCurves(w io.Writer, f *curvesFile) {
 			writeMarkdown(w, rows)
 		}
 	}
+}
+
+// lastOverFirst is the last value of ys over its first (NaN when either is
+// missing or the first is zero).
+func lastOverFirst(ys []float64) float64 {
+	if len(ys) < 2 {
+		return math.NaN()
+	}
+	return ratio(ys[len(ys)-1], ys[0])
 }
 
 // plotCurves reads a curves JSON file and draws its plots into dir.
