@@ -6,7 +6,7 @@ PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/pgoutbox/pgoutbox/internal/cli.Version=$(VERSION)
 
-.PHONY: demo test test-deps test-short bench bench-curves build lint fmt vet staticcheck clean
+.PHONY: demo test test-deps test-short bench bench-curves bench-flat bench-xmin bench-backlog10m build lint fmt vet staticcheck clean
 
 ## demo: the whole system with GitHub and Solr emulators, on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
 demo: build
@@ -45,6 +45,26 @@ bench-curves: build
 	./scripts/test-deps postgres
 	cd bench && $(GO) run . -curves -rounds 1 -timeout 60m -systems 'river,pgoutbox,pgoutbox[row-lock=off],ceiling[row-lock]' \
 		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/curves.json -svg ../docs/bench $(BENCHFLAGS)
+	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
+
+## bench-flat: issue 32's "Flat": bench-backlog10m, then bench-xmin (about two hours on 2 cores)
+bench-flat: bench-backlog10m bench-xmin
+
+## bench-backlog10m: drain at 100k and 10M effects pre-inserted, River and pgoutbox (row-lock; durable), the 10M / 100k
+## ratio printed; writes docs/bench/flat/backlog.json and its SVGs into docs/bench/flat (~60-90 min; ~30 GB of disk)
+bench-backlog10m: build
+	./scripts/test-deps postgres
+	cd bench && $(GO) run . -curves -rounds 1 -timeout 90m -systems 'river,pgoutbox,pgoutbox[row-lock=off]' \
+		-curve-backlogs 100000,10000000 -curve-payloads 300 -curve-procs 1 \
+		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/flat/backlog.json -svg ../docs/bench/flat $(BENCHFLAGS)
+	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
+
+## bench-xmin: producers at 50 % of capacity through a 5-minute clean phase, a 10-minute held XID and the recovery,
+## River and pgoutbox (row-lock; durable); writes docs/bench/flat/xmin.json and xmin.svg (~60 min)
+bench-xmin: build
+	./scripts/test-deps postgres
+	cd bench && $(GO) run . -xmin -systems 'river,pgoutbox,pgoutbox[row-lock=off]' \
+		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/flat/xmin.json -svg ../docs/bench/flat $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 
 ## build: the pgoutbox binary in ./bin
