@@ -337,18 +337,24 @@ func lastOverFirst(ys []float64) float64 {
 	return ratio(ys[len(ys)-1], ys[0])
 }
 
-// plotCurves reads a curves JSON file and draws its plots into dir.
+// plotCurves reads a curves JSON file (or a held-xmin one) and draws its
+// plots into dir.
 func plotCurves(path, dir string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	var f curvesFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	if dir == "" {
 		dir = filepath.Dir(path)
+	}
+	var f curvesFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		// Or the held-xmin scenario's (-xmin -json).
+		var x xminFile
+		if json.Unmarshal(b, &x) != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return os.WriteFile(filepath.Join(dir, "xmin.svg"), []byte(drawXmin(&x)), 0o644)
 	}
 	return drawCurves(&f, dir)
 }

@@ -669,7 +669,9 @@ func pgstattuple(ctx context.Context, pool *pgxpool.Pool, tables []string, phase
 // drawXmin draws the time series of every system: completions/s, backlog
 // and dead tuples against time, the held phase shaded.
 func drawXmin(f *xminFile) string {
-	const w, ph, top = 920, 280, 96
+	const w, ph = 920, 280
+	flags := wrapWords("flags: "+f.Flags, 140)
+	top := 96 + 14*(len(flags)-1)
 	panels := []struct {
 		title string
 		y     func(xminSample) float64
@@ -683,7 +685,7 @@ func drawXmin(f *xminFile) string {
 			return float64(s.DeadTup)
 		}},
 	}
-	height := top + len(panels)*ph + 10
+	height := top + 4 + len(panels)*ph + 10
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		w, height, w, height)
@@ -692,16 +694,18 @@ func drawXmin(f *xminFile) string {
 	text(&b, 12, 40, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s",
 		strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go))
 	text(&b, 12, 55, 11, "start", "", "Server: "+f.Settings)
-	text(&b, 12, 70, 11, "start", "", "flags: "+f.Flags)
-	lx := 12.0
+	for i, l := range flags {
+		text(&b, 12, float64(70+14*i), 11, "start", "", l)
+	}
+	lx, ly := 12.0, float64(top-8)
 	for i, s := range f.Systems {
 		c := palette[i%len(palette)]
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="84" x2="%.0f" y2="84" stroke="%s" stroke-width="2.5"/>`+"\n", lx, lx+24, c)
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2.5"/>`+"\n", lx, ly-4, lx+24, ly-4, c)
 		label := s.System
 		if s.Figures["rate"] > 0 {
 			label += fmt.Sprintf(" (producers %s/s)", shortNum(s.Figures["rate"]))
 		}
-		text(&b, lx+30, 88, 12, "start", "", label)
+		text(&b, lx+30, ly, 12, "start", "", label)
 		lx += 40 + 7*float64(len([]rune(label)))
 	}
 	tmax, holdStart, holdEnd := 0.0, math.NaN(), math.NaN()
@@ -717,7 +721,7 @@ func drawXmin(f *xminFile) string {
 		tmax = 1
 	}
 	for i, p := range panels {
-		oy := float64(top + i*ph)
+		oy := float64(top + 4 + i*ph)
 		pw, phh := float64(w-marginL-marginR), float64(ph-marginT-marginB)
 		px, py := float64(marginL), oy+marginT
 		text(&b, px, oy+20, 13, "start", "bold", p.title)
@@ -766,4 +770,21 @@ func drawXmin(f *xminFile) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// wrapWords splits s into lines of at most n characters at spaces.
+func wrapWords(s string, n int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > n {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return append(lines, line)
 }
