@@ -141,11 +141,13 @@ func phaseRate(samples []xminSample, phase string, skip int) float64 {
 	return float64(n) / secs
 }
 
-// minRate is the lowest interval rate of phase (NaN without one).
-func minRate(samples []xminSample, phase string) float64 {
+// minRate is the lowest rate of phase's intervals at least minSecs long
+// (a phase's last, short interval is its pgstattuple scan's; NaN without
+// one).
+func minRate(samples []xminSample, phase string, minSecs float64) float64 {
 	m := math.NaN()
 	for _, s := range samples {
-		if s.Phase == phase && (math.IsNaN(m) || s.Rate < m) {
+		if s.Phase == phase && s.Seconds >= minSecs && (math.IsNaN(m) || s.Rate < m) {
 			m = s.Rate
 		}
 	}
@@ -462,43 +464,12 @@ func xminPhases(ctx context.Context, o *options, admin *pgxpool.Pool, sys system
 		}
 	}
 	defer release()
-	// A phase's pgstattuple scan starts when the phase's time is up, and
-	// the phase lasts until it ends: the held phase's scan runs while the
-	// XID is still held, so it sees the most dead tuples.
-	var pending chan deadTuples
-	scan := func(phase string) {
-		pending = make(chan deadTuples, 1)
-		go func() { pending <- pgstattuple(ctx, stats, sys.Tables(), phase) }()
-	}
-	scanned := func() bool {
-		if !stattuple {
-			return true
-		}
-		select {
-		case d := <-pending:
-			out.Pgstattup = append(out.Pgstattup, d)
-			pending = nil
-			return true
-		default:
-			return false
-		}
-	}
-
 	tick := time.NewTicker(x.interval)
 	defer tick.Stop()
 	phase := phaseClean
 	last, lastC, lastI := start, int64(0), int64(0)
-	phaseStart := start
-	minAfter := min(x.clean, x.after)
-	for {
-		var now time.Time
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-perr:
-			return fmt.Errorf("producer: %w", err)
-		case now = <-tick.C:
-		}
+	sample := func() {
+		now := time.Now()
 		c, ins := r.Completed().Load()-c0, inserted.Load()
 		s := xminSample{
 			T: now.Sub(start).Seconds(), Seconds: now.Sub(last).Seconds(), Phase: phase,
@@ -509,16 +480,32 @@ func xminPhases(ctx context.Context, o *options, admin *pgxpool.Pool, sys system
 		last, lastC, lastI = now, c, ins
 		fmt.Fprintf(stderr, "xmin %-24s %6.0fs %-5s %8s/s completed, backlog %s, n_dead_tup %s\n", sys.Name(), s.T, phase,
 			fmtNum(s.Rate, 0), fmtNum(float64(s.Backlog), 0), fmtNum(float64(s.DeadTup), 0))
-
-		due := phaseDue(phase, now.Sub(phaseStart), x)
+	}
+	// A phase ends with its pgstattuple scan, while the workload goes on
+	// (the held phase's sees the XID still held), and a sample of the
+	// scan's time, in that phase.
+	endPhase := func() {
+		if stattuple {
+			out.Pgstattup = append(out.Pgstattup, pgstattuple(ctx, stats, sys.Tables(), phase))
+			sample()
+		}
+	}
+	phaseStart := start
+	minAfter := min(x.clean, x.after)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-perr:
+			return fmt.Errorf("producer: %w", err)
+		case <-tick.C:
+		}
+		sample()
+		// A tick's jitter does not cost the phase an interval.
+		due := phaseDue(phase, time.Since(phaseStart)+x.interval/100, x)
 		switch {
 		case phase == phaseClean && due:
-			if stattuple && pending == nil {
-				scan(phaseClean)
-			}
-			if !scanned() {
-				continue
-			}
+			endPhase()
 			if holderConn, err = pgx.Connect(ctx, dsn); err != nil {
 				return fmt.Errorf("holder: %w", err)
 			}
@@ -528,28 +515,21 @@ func xminPhases(ctx context.Context, o *options, admin *pgxpool.Pool, sys system
 			if err := holder.QueryRow(ctx, "SELECT txid_current()").Scan(&out.HolderXID); err != nil {
 				return fmt.Errorf("holder: %w", err)
 			}
-			out.HoldStartT = s.T
-			phase, phaseStart = phaseHeld, now
+			phase, phaseStart = phaseHeld, time.Now()
+			out.HoldStartT = phaseStart.Sub(start).Seconds()
 		case phase == phaseHeld && due:
-			if stattuple && pending == nil {
-				scan(phaseHeld)
-			}
-			if !scanned() {
-				continue
-			}
+			endPhase()
 			release()
-			out.HoldEndT = s.T
-			phase, phaseStart = phaseAfter, now
+			phase, phaseStart = phaseAfter, time.Now()
+			out.HoldEndT = phaseStart.Sub(start).Seconds()
 		case phase == phaseAfter:
 			cleanRate := phaseRate(out.Samples, phaseClean, 1)
 			_, recovered := recovery(out.Samples, (1-x.tolerance)*cleanRate, 2)
 			_, caught := catchUp(out.Samples, backlogLimit(out.Samples, o))
-			if (recovered && caught && now.Sub(phaseStart) >= minAfter) || due {
+			if (recovered && caught && time.Since(phaseStart) >= minAfter) || due {
+				endPhase()
 				stopProducers()
 				pwg.Wait()
-				if stattuple {
-					out.Pgstattup = append(out.Pgstattup, pgstattuple(ctx, stats, sys.Tables(), phaseAfter))
-				}
 				xminFigs(out, x, o)
 				return nil
 			}
@@ -570,7 +550,7 @@ func xminFigs(out *xminSystem, x *xminOptions, o *options) {
 	f["clean_rate"] = clean
 	f["held_rate"] = phaseRate(out.Samples, phaseHeld, 0)
 	f["held_ratio"] = ratio(f["held_rate"], clean)
-	f["held_min_ratio"] = ratio(minRate(out.Samples, phaseHeld), clean)
+	f["held_min_ratio"] = ratio(minRate(out.Samples, phaseHeld, x.interval.Seconds()/2), clean)
 	f["recover_s"], _ = recovery(out.Samples, (1-x.tolerance)*clean, 2)
 	f["catchup_s"], _ = catchUp(out.Samples, backlogLimit(out.Samples, o))
 	f["backlog_clean"] = float64(maxBacklog(out.Samples, phaseClean))

@@ -54,9 +54,14 @@ func TestPhaseRateSplitsByPhase(t *testing.T) {
 	if got := phaseRate(s, phaseHeld, 0); got != 60 {
 		t.Errorf("held rate = %v, want 60", got)
 	}
-	if got := minRate(s, phaseHeld); got != 50 {
+	if got := minRate(s, phaseHeld, 1); got != 50 {
 		t.Errorf("worst held interval = %v, want 50", got)
 	}
+	s[3].Seconds = 0.1 // a short interval does not count
+	if got := minRate(s, phaseHeld, 0.5); got != 70 {
+		t.Errorf("worst held interval of at least 0.5 s = %v, want 70", got)
+	}
+	s[3].Seconds = 1
 	if got := ratio(phaseRate(s, phaseHeld, 0), phaseRate(s, phaseClean, 1)); got != 0.6 {
 		t.Errorf("held / clean = %v, want 0.6", got)
 	}
