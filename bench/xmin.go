@@ -517,11 +517,13 @@ func xminPhases(ctx context.Context, o *options, admin *pgxpool.Pool, sys system
 			}
 			phase, phaseStart = phaseHeld, time.Now()
 			out.HoldStartT = phaseStart.Sub(start).Seconds()
+			tick.Reset(x.interval) // the hold ends on a tick
 		case phase == phaseHeld && due:
 			endPhase()
 			release()
 			phase, phaseStart = phaseAfter, time.Now()
 			out.HoldEndT = phaseStart.Sub(start).Seconds()
+			tick.Reset(x.interval)
 		case phase == phaseAfter:
 			cleanRate := phaseRate(out.Samples, phaseClean, 1)
 			_, recovered := recovery(out.Samples, (1-x.tolerance)*cleanRate, 2)
