@@ -63,11 +63,12 @@ func TestCronAuthAndDisabled(t *testing.T) {
 		t.Fatal("no target, yet a queue or type to register")
 	}
 
-	// Unset secret: nothing can authenticate; 401, nothing claimed.
+	// Unset secret: nothing can authenticate; 503 naming CRON_SECRET,
+	// nothing claimed.
 	unset, _ := setupSolr(t, projection.Config{CronEnabled: true})
 	unset.importN(t, 1, "Unset")
 	for _, auth := range []string{"", "Bearer ", "Bearer x"} {
-		if code, _, _ := unset.cron(t, auth); code != http.StatusUnauthorized {
+		if code, _, _ := unset.cron(t, auth); code != http.StatusServiceUnavailable {
 			t.Fatalf("unset secret, auth %q: %d", auth, code)
 		}
 	}

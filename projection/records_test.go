@@ -93,6 +93,9 @@ func TestRecordsAPIAuth(t *testing.T) {
 	t.Parallel()
 	b := setup(t, projection.Config{})
 	unconfigured := setup(t, projection.Config{APIToken: "-"})
+	// Wrong tokens draw on one budget per address (5): each wrong-token
+	// case gets an application of its own.
+	other := setup(t, projection.Config{})
 	for _, tc := range []struct {
 		name string
 		b    *bundle
@@ -102,7 +105,7 @@ func TestRecordsAPIAuth(t *testing.T) {
 		{"token unset", unconfigured, "Bearer " + token, http.StatusServiceUnavailable},
 		{"no header", b, "", http.StatusUnauthorized},
 		{"wrong token", b, "Bearer nope", http.StatusUnauthorized},
-		{"token prefix", b, "Bearer " + token[:len(token)-1], http.StatusUnauthorized},
+		{"token prefix", other, "Bearer " + token[:len(token)-1], http.StatusUnauthorized},
 		{"basic scheme", b, "Basic " + token, http.StatusUnauthorized},
 	} {
 		before := tc.b.counts(t)
@@ -125,6 +128,21 @@ func TestRecordsAPIAuth(t *testing.T) {
 		if after := tc.b.counts(t); after != before {
 			t.Errorf("%s wrote: %v → %v", tc.name, before, after)
 		}
+	}
+	// b has compared 3 wrong tokens from this address: 2 more are 401, then
+	// every token, the right one too, is 429 with Retry-After, uncompared.
+	before := b.counts(t)
+	for i, want := range []int{http.StatusUnauthorized, http.StatusUnauthorized, http.StatusTooManyRequests} {
+		if code, out, _ := b.do(t, http.MethodGet, "/api/records/x", "", nil, "Authorization", "Bearer guess"); code != want {
+			t.Fatalf("wrong token %d: %d %s, want %d", 4+i, code, out, want)
+		}
+	}
+	code, _, hdr := b.do(t, http.MethodPost, "/api/records", "application/json", strings.NewReader(`{"id":"x"}`), "Authorization", "Bearer "+token)
+	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("the right token past the budget: %d (Retry-After %q), want 429 with Retry-After", code, hdr.Get("Retry-After"))
+	}
+	if after := b.counts(t); after != before {
+		t.Errorf("past the budget wrote: %v → %v", before, after)
 	}
 }
 
