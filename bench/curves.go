@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -50,27 +49,14 @@ type curvePoint struct {
 
 // curvesFile is what -curves writes with -json, and what -plot reads.
 type curvesFile struct {
-	Started    string       `json:"started"`
-	Seconds    float64      `json:"seconds"`
-	CPUs       int          `json:"cpus"`
-	Go         string       `json:"go"`
-	PostgreSQL string       `json:"postgresql"`
-	Settings   string       `json:"settings"`
-	LoadBefore string       `json:"load_before"`
-	LoadAfter  string       `json:"load_after"`
-	Flags      string       `json:"flags"`
-	Systems    []string     `json:"systems"`
-	Points     []curvePoint `json:"points"`
+	runInfo
+	Systems []string     `json:"systems"`
+	Points  []curvePoint `json:"points"`
 }
 
 func runCurves(ctx context.Context, o *options, admin *pgxpool.Pool, systems []system, stdout, stderr io.Writer) error {
-	f := &curvesFile{
-		Started: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		LoadBefore: loadAvg(), Flags: recordedFlags(),
-	}
-	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&f.PostgreSQL)
-	_ = admin.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name) FROM pg_settings
-		WHERE name IN ('autovacuum', 'fsync', 'synchronous_commit', 'shared_buffers', 'max_wal_size', 'shared_preload_libraries')`).Scan(&f.Settings)
+	f := &curvesFile{runInfo: newRunInfo(ctx, admin,
+		"autovacuum", "fsync", "synchronous_commit", "shared_buffers", "max_wal_size", "shared_preload_libraries")}
 	for _, s := range systems {
 		f.Systems = append(f.Systems, s.Name())
 	}
@@ -129,18 +115,13 @@ func runCurves(ctx context.Context, o *options, admin *pgxpool.Pool, systems []s
 			}
 		}
 	}
-	f.Seconds = time.Since(began).Seconds()
-	f.LoadAfter = loadAvg()
+	f.finish(began)
 	fmt.Fprintf(stdout, "PostgreSQL %s, %d CPUs, %s, load average before %s, after %s; %d round(s), %s\n",
 		f.PostgreSQL, f.CPUs, f.Go, f.LoadBefore, f.LoadAfter, o.rounds, time.Since(began).Round(time.Second))
 	fmt.Fprintf(stdout, "server settings: %s\nflags: %s\n", f.Settings, f.Flags)
 	printCurves(stdout, f)
 	if o.jsonOut != "" {
-		b, err := json.MarshalIndent(f, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := writeJSON(o.jsonOut, f); err != nil {
 			return err
 		}
 	}

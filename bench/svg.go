@@ -40,8 +40,7 @@ func drawCurves(f *curvesFile, dir string) error {
 		sizes := curveSizes(f, ax.name, ax.x)
 		text(&b, 12, 22, 16, "start", "bold", "Cost against "+ax.xlabel)
 		text(&b, 12, 40, 11, "start", "", "points: "+sizes+" · median of "+strconv.Itoa(rounds(f))+" round(s)")
-		text(&b, 12, 55, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s",
-			strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go))
+		text(&b, 12, 55, 11, "start", "", f.caption())
 		text(&b, 12, 70, 11, "start", "", "Server: "+serverSettings(f.Settings)+". Compare the systems at one point; single points vary from run to run.")
 		// Legend.
 		x := 12.0

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"html"
@@ -10,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,16 +253,8 @@ type deadTuples struct {
 
 // xminFile is what -xmin writes with -json.
 type xminFile struct {
-	Started    string       `json:"started"`
-	Seconds    float64      `json:"seconds"`
-	CPUs       int          `json:"cpus"`
-	Go         string       `json:"go"`
-	PostgreSQL string       `json:"postgresql"`
-	Settings   string       `json:"settings"`
-	LoadBefore string       `json:"load_before"`
-	LoadAfter  string       `json:"load_after"`
-	Flags      string       `json:"flags"`
-	Systems    []xminSystem `json:"systems"`
+	runInfo
+	Systems []xminSystem `json:"systems"`
 }
 
 // xminFigures are the printed figures, in order.
@@ -291,13 +281,8 @@ func runXmin(ctx context.Context, o *options, admin *pgxpool.Pool, systems []sys
 	if err := x.validate(); err != nil {
 		return err
 	}
-	f := &xminFile{
-		Started: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Go: runtime.Version(),
-		LoadBefore: loadAvg(), Flags: recordedFlags(),
-	}
-	_ = admin.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&f.PostgreSQL)
-	_ = admin.QueryRow(ctx, `SELECT string_agg(name || '=' || current_setting(name), ' ' ORDER BY name) FROM pg_settings
-		WHERE name IN ('autovacuum', 'autovacuum_naptime', 'fsync', 'synchronous_commit', 'shared_buffers', 'max_wal_size')`).Scan(&f.Settings)
+	f := &xminFile{runInfo: newRunInfo(ctx, admin,
+		"autovacuum", "autovacuum_naptime", "fsync", "synchronous_commit", "shared_buffers", "max_wal_size")}
 	began := time.Now()
 	tag := fmt.Sprintf("%04x", time.Now().UnixNano()&0xffff)
 	for si, sys := range systems {
@@ -318,18 +303,13 @@ func runXmin(ctx context.Context, o *options, admin *pgxpool.Pool, systems []sys
 		}
 		f.Systems = append(f.Systems, res)
 	}
-	f.Seconds = time.Since(began).Seconds()
-	f.LoadAfter = loadAvg()
+	f.finish(began)
 	fmt.Fprintf(stdout, "PostgreSQL %s, %d CPUs, %s, load average before %s, after %s; %s\n",
 		f.PostgreSQL, f.CPUs, f.Go, f.LoadBefore, f.LoadAfter, time.Since(began).Round(time.Second))
 	fmt.Fprintf(stdout, "server settings: %s\nflags: %s\n\n", f.Settings, f.Flags)
 	printXmin(stdout, f)
 	if o.jsonOut != "" {
-		b, err := json.MarshalIndent(f, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := writeJSON(o.jsonOut, f); err != nil {
 			return err
 		}
 	}
@@ -673,8 +653,7 @@ func drawXmin(f *xminFile) string {
 		w, height, w, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, height)
 	text(&b, 12, 22, 16, "start", "bold", "Held xmin: a session idle in transaction holding an XID (shaded) while producers run")
-	text(&b, 12, 40, 11, "start", "", fmt.Sprintf("%s UTC · %d CPUs shared with other work: load average %s before, %s after · PostgreSQL %s · %s",
-		strings.Replace(strings.TrimSuffix(f.Started, "Z"), "T", " ", 1), f.CPUs, f.LoadBefore, f.LoadAfter, strings.Fields(f.PostgreSQL + " ")[0], f.Go))
+	text(&b, 12, 40, 11, "start", "", f.caption())
 	text(&b, 12, 55, 11, "start", "", "Server: "+f.Settings)
 	for i, l := range flags {
 		text(&b, 12, float64(70+14*i), 11, "start", "", l)
