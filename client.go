@@ -103,6 +103,11 @@ func (c *Client) Start(ctx context.Context) error {
 		if err := c.registerOrdering(ctx); err != nil {
 			return err
 		}
+		if len(c.queues) > 0 {
+			if err := c.recordStorage(ctx); err != nil {
+				return err
+			}
+		}
 		c.commit = engine.StartCommitter(c.pool, c.cfg.CompletionBatch, 2)
 		for _, q := range c.queues {
 			q.deliverer.Committer = c.commit
@@ -118,11 +123,13 @@ func (c *Client) Start(ctx context.Context) error {
 				Wake: func(queue string) {
 					if q, ok := c.queues[queue]; ok {
 						signal(q.wake)
+						signal(q.batchWake)
 					}
 				},
 				WakeAll: func() {
 					for _, q := range c.queues {
 						signal(q.wake)
+						signal(q.batchWake)
 					}
 				},
 			}
@@ -130,6 +137,9 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		for _, q := range c.queues {
 			c.life.Go(q.run)
+			if q.batch {
+				c.life.Go(q.runBatches)
+			}
 		}
 		c.life.Go(c.maintain)
 		c.log.Info("pgoutbox client started", "id", c.cfg.ID, "queues", len(c.queues))
@@ -220,8 +230,11 @@ func (c *Client) park(ctx context.Context) error {
 // PruneBatch and returns how many it deleted; then it deletes, in batches of
 // PruneBatch too, the idempotency keys older than KeyRetention whose effect
 // is gone, the NOTIFY limiter's notify_pending rows of backends that are
-// no longer live, and the records of row-lock batches that died holding
-// effects which have all moved on since (none counted in the result).
+// no longer live, the stream generations of batch storage that are settled
+// and were closed at least CompletedRetention ago (by TRUNCATE; the current
+// one is closed once it is as old), and the records of row-lock batches
+// that died holding effects which have all moved on since (none counted in
+// the result).
 func (c *Client) Prune(ctx context.Context) (int64, error) {
 	var total int64
 	for {
@@ -251,6 +264,11 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 		if n < int64(c.cfg.PruneBatch) {
 			break
 		}
+	}
+	// The stream's generations (batch storage): emptied by TRUNCATE once
+	// settled and closed for CompletedRetention, rotated after as long.
+	if _, err := store.StreamMaintain(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.CompletedRetention); err != nil {
+		return total, fmt.Errorf("pgoutbox: maintain the stream: %w", err)
 	}
 	for {
 		n, err := store.PruneLockClaims(ctx, c.pool, c.cfg.PruneBatch)

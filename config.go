@@ -150,7 +150,35 @@ type QueueConfig struct {
 	// (30 s), or half the lease when that is shorter. It must be below
 	// Config.LeaseDuration.
 	DeliveryTimeout time.Duration
+	// Storage is how the queue keeps its effects (docs/batch-storage.md),
+	// recorded in the database when the Client starts, so that every
+	// enqueue and every claimer agrees. Default "" (leave the recorded
+	// choice as it is; a queue never recorded uses StorageRows).
+	Storage Storage
+	// PageSize is, for a StorageBatch queue, the most effects one page of a
+	// batch reads and settles in one transaction; default PageSizeDefault
+	// (1,000).
+	PageSize int
 }
+
+// Storage is a queue's storage (QueueConfig.Storage).
+type Storage string
+
+const (
+	// StorageRows keeps one row per effect in pgoutbox.effects, updated at
+	// each step of its life: every effect's states and attempts are
+	// visible at once.
+	StorageRows Storage = store.StorageRows
+	// StorageBatch appends effects to pgoutbox.stream and delivers them in
+	// batches closed by snapshot ticks, writing nothing per successful
+	// effect; retries, dead letters and effects that must not run from a
+	// batch (types that are not replay-safe, internal jobs, effects not yet
+	// due, effects behind a held ordering key) move to pgoutbox.effects.
+	StorageBatch Storage = store.StorageBatch
+)
+
+// PageSizeDefault is a batch queue's page size (QueueConfig.PageSize).
+const PageSizeDefault = 1000
 
 // Config configures a Client. Zero fields take the documented defaults.
 type Config struct {
@@ -303,12 +331,19 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		defi(&q.Concurrency, ConcurrencyDefault)
 		defi(&q.ClaimBatch, q.Concurrency)
+		defi(&q.PageSize, PageSizeDefault)
+		switch q.Storage {
+		case "", StorageRows, StorageBatch:
+		default:
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].Storage %q: want %q, %q or empty", name, q.Storage,
+				StorageRows, StorageBatch)
+		}
 		def(&q.DeliveryTimeout, min(DeliveryTimeoutDefault, c.LeaseDuration/2))
 		if q.ClaimCooldown < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].ClaimCooldown (%s) must not be negative", name, q.ClaimCooldown)
 		}
-		if q.Concurrency < 0 || q.ClaimBatch < 0 {
-			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency and ClaimBatch must be positive", name)
+		if q.Concurrency < 0 || q.ClaimBatch < 0 || q.PageSize < 0 {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency, ClaimBatch and PageSize must be positive", name)
 		}
 		switch {
 		case q.RowLockLease == 0:

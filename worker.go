@@ -34,6 +34,12 @@ type queueWorker struct {
 	rearm chan struct{}
 
 	deliverer engine.Deliverer
+
+	// batch is set when the queue's storage is batch (recordStorage): its
+	// batch loop (runBatches) runs beside the row claim loop, woken by
+	// batchWake.
+	batch     bool
+	batchWake chan struct{}
 }
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
@@ -42,6 +48,8 @@ func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 		wake:  make(chan struct{}, 1),
 		freed: make(chan struct{}, 1),
 		rearm: make(chan struct{}, 1),
+
+		batchWake: make(chan struct{}, 1),
 	}
 	q.deliverer = engine.Deliverer{
 		Pool: c.pool, BackoffCap: c.cfg.BackoffCap, Shutdown: errShutdown,

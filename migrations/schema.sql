@@ -202,6 +202,31 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.effects_to_stream() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.state <> 'available' OR NEW.attempts <> 0
+       OR current_setting('pgoutbox.settling', true) = 'on'
+       OR NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = NEW.queue AND s.storage = 'batch') THEN
+        RETURN NEW;
+    END IF;
+    -- The statement's AFTER trigger writes key rows only for the rows that
+    -- stayed: a writer that did not write its key rows itself gets this
+    -- one's here (a taken key raises unique_violation, as it would there).
+    IF current_setting('pgoutbox.keys_written', true) IS DISTINCT FROM 'on' THEN
+        INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
+        VALUES (NEW.queue, NEW.idempotency_key, NEW.id);
+    END IF;
+    INSERT INTO pgoutbox.stream (gen, id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
+        created_at, ordering_key, traceparent)
+    VALUES (pgoutbox.stream_gen(), NEW.id, NEW.queue, NEW.effect_type, NEW.idempotency_key, NEW.payload,
+        NEW.max_attempts, NEW.available_at, NEW.created_at, NEW.ordering_key, NEW.traceparent);
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.enqueue(queue text, effect_type text, idempotency_key text, payload json DEFAULT NULL::json, max_attempts integer DEFAULT NULL::integer, available_at timestamp with time zone DEFAULT NULL::timestamp with time zone, delay interval DEFAULT NULL::interval, ordering_key text DEFAULT NULL::text, traceparent text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -890,6 +915,21 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.notify_stream() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    q text;
+BEGIN
+    FOR q IN SELECT DISTINCT n.queue FROM new_rows n LOOP
+        INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
+        ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.ordering_key_immutable() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1061,6 +1101,129 @@ BEGIN
     DELETE FROM pgoutbox.work_grants g WHERE g.grantee = revoke_work.role_name AND g.queue = revoke_work.queue;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.stream_gen() RETURNS smallint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_gen smallint;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('pgoutbox.stream', 0));
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT g.gen INTO v_gen FROM pgoutbox.stream_generations g WHERE g.state = 'current';
+    ELSE
+        SELECT g.gen INTO v_gen FROM pgoutbox.stream_generations g WHERE g.state = 'current' FOR KEY SHARE;
+    END IF;
+    IF v_gen IS NULL THEN
+        RAISE EXCEPTION 'pgoutbox: the stream generation changed under this transaction'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN v_gen;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    g         record;
+    v_cur     record;
+    v_settled boolean;
+    v_n       integer := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('pgoutbox.stream_maintain', 0)) THEN
+        RETURN 0; -- another process maintains the stream right now
+    END IF;
+    FOR g IN SELECT * FROM pgoutbox.stream_generations
+             WHERE state = 'closed' AND closed_at <= now() - p_retention ORDER BY closed_at LOOP
+        SELECT bool_and(NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.gen = g.gen AND s.queue = q.queue)
+                        OR EXISTS (SELECT 1 FROM pgoutbox.stream_batches b
+                                   WHERE b.queue = q.queue AND b.done_at IS NOT NULL
+                                     AND pg_visible_in_snapshot(g.closed_xid, b.snap)))
+        INTO v_settled
+        FROM pgoutbox.queue_storage q;
+        IF coalesce(v_settled, true) THEN
+            BEGIN
+                PERFORM set_config('lock_timeout', '500ms', true);
+                EXECUTE format('TRUNCATE pgoutbox.%I', 'stream_' || g.gen);
+                UPDATE pgoutbox.stream_generations
+                SET state = 'empty', opened_at = NULL, closed_at = NULL, closed_xid = NULL
+                WHERE gen = g.gen;
+                v_n := v_n + 1;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL; -- a reader holds it: the next call tries again
+            END;
+        END IF;
+    END LOOP;
+
+    SELECT * INTO v_cur FROM pgoutbox.stream_generations WHERE state = 'current';
+    IF v_cur.opened_at <= now() - p_rotate_after
+       AND EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.gen = v_cur.gen)
+       AND (SELECT state FROM pgoutbox.stream_generations WHERE gen = (v_cur.gen + 1) % 3) = 'empty' THEN
+        BEGIN
+            PERFORM set_config('lock_timeout', '200ms', true);
+            PERFORM pg_advisory_xact_lock(hashtextextended('pgoutbox.stream', 0));
+            UPDATE pgoutbox.stream_generations
+            SET state = 'closed', closed_at = now(), closed_xid = pg_current_xact_id()
+            WHERE gen = v_cur.gen AND state = 'current';
+            UPDATE pgoutbox.stream_generations SET state = 'current', opened_at = now()
+            WHERE gen = (v_cur.gen + 1) % 3;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL; -- an enqueue is still open: the next call tries again
+        END;
+    END IF;
+
+    -- Settled batches but each queue's newest: that one's snapshot is the
+    -- next tick's lower bound.
+    DELETE FROM pgoutbox.stream_batches b
+    WHERE b.done_at IS NOT NULL
+      AND b.id < (SELECT max(l.id) FROM pgoutbox.stream_batches l WHERE l.queue = b.queue AND l.done_at IS NOT NULL);
+    RETURN v_n;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.stream_tick(p_queue text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_last  bigint;
+    v_prev  pg_snapshot;
+    v_snap  pg_snapshot;
+    v_min   bigint;
+    v_max   bigint;
+    v_count bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgoutbox: stream_tick must run under READ COMMITTED'
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('pgoutbox.stream_tick.' || p_queue, 0));
+    SELECT b.id, b.snap INTO v_last, v_prev FROM pgoutbox.stream_batches b
+    WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;
+    v_snap := pg_current_snapshot();
+    -- A row is new when its transaction committed in v_snap and not in
+    -- v_prev: its xid is at or past v_prev's xmax, or was in progress then.
+    SELECT min(s.id), max(s.id), count(*) INTO v_min, v_max, v_count
+    FROM (
+        SELECT s.id FROM pgoutbox.stream s
+        WHERE s.queue = p_queue AND s.xid >= coalesce(pg_snapshot_xmax(v_prev), '1'::xid8)
+          AND s.xid < pg_snapshot_xmax(v_snap) AND pg_visible_in_snapshot(s.xid, v_snap)
+        UNION ALL
+        SELECT s.id FROM pgoutbox.stream s
+        WHERE v_prev IS NOT NULL AND s.queue = p_queue
+          AND s.xid = ANY (ARRAY(SELECT pg_snapshot_xip(v_prev))) AND pg_visible_in_snapshot(s.xid, v_snap)
+    ) s;
+    IF v_count = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO pgoutbox.stream_batches (queue, id, snap, prev_snap, min_id, max_id, effects, done_through)
+    VALUES (p_queue, coalesce(v_last, 0) + 1, v_snap, v_prev, v_min, v_max, v_count, v_min - 1);
+    RETURN coalesce(v_last, 0) + 1;
 END;
 $$;
 
@@ -1478,6 +1641,16 @@ CREATE TABLE pgoutbox.queue_pauses (
 
 COMMENT ON TABLE pgoutbox.queue_pauses IS 'Paused queues: no claim takes their effects while a row exists (docs/console.md).';
 
+CREATE TABLE pgoutbox.queue_storage (
+    queue text NOT NULL,
+    storage text NOT NULL,
+    chosen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT queue_storage_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128))),
+    CONSTRAINT queue_storage_storage_check CHECK ((storage = ANY (ARRAY['rows'::text, 'batch'::text])))
+);
+
+COMMENT ON TABLE pgoutbox.queue_storage IS 'Storage of each queue (rows: one row per effect; batch: pgoutbox.stream), written by the Clients that claim it.';
+
 CREATE TABLE pgoutbox.samples (
     sampled_at timestamp with time zone DEFAULT now() NOT NULL,
     queue text NOT NULL,
@@ -1498,6 +1671,123 @@ CREATE TABLE pgoutbox.samples (
 );
 
 COMMENT ON TABLE pgoutbox.samples IS 'Aggregate worker samples (no payloads, no identifiers) read by `pgoutbox readiness broker`; pruned after 24 h by the sampler.';
+
+CREATE TABLE pgoutbox.stream (
+    gen smallint NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    ordering_key text,
+    traceparent text,
+    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+)
+PARTITION BY LIST (gen);
+
+COMMENT ON TABLE pgoutbox.stream IS 'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
+
+CREATE TABLE pgoutbox.stream_0 (
+    gen smallint NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    ordering_key text,
+    traceparent text,
+    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+);
+
+CREATE TABLE pgoutbox.stream_1 (
+    gen smallint NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    ordering_key text,
+    traceparent text,
+    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+);
+
+CREATE TABLE pgoutbox.stream_2 (
+    gen smallint NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    ordering_key text,
+    traceparent text,
+    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+);
+
+CREATE TABLE pgoutbox.stream_batches (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    snap pg_snapshot NOT NULL,
+    prev_snap pg_snapshot,
+    min_id bigint NOT NULL,
+    max_id bigint NOT NULL,
+    effects bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_token uuid,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    done_through bigint NOT NULL,
+    done_at timestamp with time zone,
+    CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256))
+);
+
+COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
+
+CREATE TABLE pgoutbox.stream_generations (
+    gen smallint NOT NULL,
+    state text NOT NULL,
+    opened_at timestamp with time zone,
+    closed_at timestamp with time zone,
+    closed_xid xid8,
+    CONSTRAINT stream_generations_check CHECK (((state = 'closed'::text) = (closed_xid IS NOT NULL))),
+    CONSTRAINT stream_generations_gen_check CHECK (((gen >= 0) AND (gen <= 2))),
+    CONSTRAINT stream_generations_state_check CHECK ((state = ANY (ARRAY['current'::text, 'closed'::text, 'empty'::text])))
+);
 
 CREATE TABLE pgoutbox.work_grants (
     grantee name NOT NULL,
@@ -1526,6 +1816,12 @@ CREATE TABLE pgoutbox.workers (
 );
 
 COMMENT ON TABLE pgoutbox.workers IS 'One row per running worker process (Client with queues), upserted every heartbeat; stale after 3 missed heartbeats, then pruned.';
+
+ALTER TABLE ONLY pgoutbox.stream ATTACH PARTITION pgoutbox.stream_0 FOR VALUES IN ('0');
+
+ALTER TABLE ONLY pgoutbox.stream ATTACH PARTITION pgoutbox.stream_1 FOR VALUES IN ('1');
+
+ALTER TABLE ONLY pgoutbox.stream ATTACH PARTITION pgoutbox.stream_2 FOR VALUES IN ('2');
 
 ALTER TABLE ONLY pgoutbox.console_audit
     ADD CONSTRAINT console_audit_pkey PRIMARY KEY (id);
@@ -1566,8 +1862,17 @@ ALTER TABLE ONLY pgoutbox.ordering_types
 ALTER TABLE ONLY pgoutbox.queue_pauses
     ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
 
+ALTER TABLE ONLY pgoutbox.queue_storage
+    ADD CONSTRAINT queue_storage_pkey PRIMARY KEY (queue);
+
 ALTER TABLE ONLY pgoutbox.samples
     ADD CONSTRAINT samples_pkey PRIMARY KEY (sampled_at, queue, worker);
+
+ALTER TABLE ONLY pgoutbox.stream_batches
+    ADD CONSTRAINT stream_batches_pkey PRIMARY KEY (queue, id);
+
+ALTER TABLE ONLY pgoutbox.stream_generations
+    ADD CONSTRAINT stream_generations_pkey PRIMARY KEY (gen);
 
 ALTER TABLE ONLY pgoutbox.work_grants
     ADD CONSTRAINT work_grants_pkey PRIMARY KEY (grantee, queue);
@@ -1593,6 +1898,38 @@ CREATE INDEX effects_parked_idx ON pgoutbox.effects USING btree (queue, ordering
 
 CREATE UNIQUE INDEX enqueue_grants_key ON pgoutbox.enqueue_grants USING btree (grantee, queue, COALESCE(effect_type, ''::text));
 
+CREATE INDEX stream_id_idx ON ONLY pgoutbox.stream USING btree (queue, id);
+
+CREATE INDEX stream_0_queue_id_idx ON pgoutbox.stream_0 USING btree (queue, id);
+
+CREATE INDEX stream_xid_idx ON ONLY pgoutbox.stream USING btree (queue, xid);
+
+CREATE INDEX stream_0_queue_xid_idx ON pgoutbox.stream_0 USING btree (queue, xid);
+
+CREATE INDEX stream_1_queue_id_idx ON pgoutbox.stream_1 USING btree (queue, id);
+
+CREATE INDEX stream_1_queue_xid_idx ON pgoutbox.stream_1 USING btree (queue, xid);
+
+CREATE INDEX stream_2_queue_id_idx ON pgoutbox.stream_2 USING btree (queue, id);
+
+CREATE INDEX stream_2_queue_xid_idx ON pgoutbox.stream_2 USING btree (queue, xid);
+
+CREATE INDEX stream_batches_open_idx ON pgoutbox.stream_batches USING btree (queue, id) WHERE (done_at IS NULL);
+
+CREATE UNIQUE INDEX stream_generations_one_current ON pgoutbox.stream_generations USING btree (state) WHERE (state = 'current'::text);
+
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_queue_id_idx;
+
+ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_0_queue_xid_idx;
+
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_queue_id_idx;
+
+ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_1_queue_xid_idx;
+
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_queue_id_idx;
+
+ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_2_queue_xid_idx;
+
 CREATE TRIGGER effects_attempts_delete AFTER DELETE ON pgoutbox.effects REFERENCING OLD TABLE AS old_effects FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.effect_attempts_delete();
 
 CREATE TRIGGER effects_attempts_record AFTER UPDATE ON pgoutbox.effects FOR EACH ROW WHEN (((new.state IS DISTINCT FROM old.state) AND (new.state = ANY (ARRAY['available'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state, 'reconciliation_required'::pgoutbox.effect_state])))) EXECUTE FUNCTION pgoutbox.effect_attempts_record();
@@ -1611,9 +1948,13 @@ CREATE TRIGGER effects_ordered_notify AFTER UPDATE OF state ON pgoutbox.effects 
 
 CREATE TRIGGER effects_ordering_key_immutable BEFORE UPDATE OF ordering_key ON pgoutbox.effects FOR EACH ROW EXECUTE FUNCTION pgoutbox.ordering_key_immutable();
 
+CREATE TRIGGER effects_to_stream BEFORE INSERT ON pgoutbox.effects FOR EACH ROW EXECUTE FUNCTION pgoutbox.effects_to_stream();
+
 CREATE TRIGGER effects_unpark_next AFTER UPDATE OF state ON pgoutbox.effects FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.state = ANY (ARRAY['completed'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION pgoutbox.unpark_next();
 
 CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgoutbox.notify_pending DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgoutbox.notify_at_commit();
+
+CREATE TRIGGER stream_notify_insert AFTER INSERT ON pgoutbox.stream REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.notify_stream();
 
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_worker;

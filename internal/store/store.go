@@ -137,7 +137,9 @@ WITH input AS (
 )` + insertTailSQL
 
 // insertTailSQL is what insertSQL and insertStagedSQL share: everything
-// after the input.
+// after the input. The effects of a queue whose storage is batch
+// (migration 00027) go to pgoutbox.stream, in the generation stream_gen
+// names (asked only when there is one); the others to pgoutbox.effects.
 const insertTailSQL = `, keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
     SELECT queue, idempotency_key, id FROM input ORDER BY queue COLLATE "C", idempotency_key COLLATE "C", id
@@ -147,15 +149,28 @@ const insertTailSQL = `, keyed AS (
     -- Tells the insert trigger (migration 00006) that this statement wrote
     -- its key rows; the trigger resets it.
     SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+), batched AS (
+    SELECT s.queue FROM pgoutbox.queue_storage s
+    WHERE s.storage = 'batch' AND s.queue IN (SELECT DISTINCT queue FROM input)
+), streamed AS (
+    INSERT INTO pgoutbox.stream (gen, id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
+        ordering_key, traceparent)
+    SELECT (SELECT pgoutbox.stream_gen()), i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+        coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, ''), i.traceparent
+    FROM input i JOIN keyed k ON k.effect_id = i.id
+    WHERE i.queue IN (SELECT queue FROM batched)
+    ORDER BY i.id
+), rowed AS (
+    INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
+        ordering_key, traceparent)
+    OVERRIDING SYSTEM VALUE
+    SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+        coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, ''), i.traceparent
+    FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
+    WHERE i.queue NOT IN (SELECT queue FROM batched)
+    ORDER BY i.id
 )
-INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at, ordering_key,
-    traceparent)
-OVERRIDING SYSTEM VALUE
-SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
-    coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, ''), i.traceparent
-FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
-ORDER BY i.id
-RETURNING id, queue, idempotency_key`
+SELECT i.id, i.queue, i.idempotency_key FROM input i JOIN keyed k ON k.effect_id = i.id ORDER BY i.id`
 
 // orderingLockSQL takes the ordering locks of a batch (pgoutbox.ordering_lock,
 // migration 00017): a row lock on each distinct stripe of its (queue,
@@ -1056,6 +1071,7 @@ WHERE ctid = ANY(ARRAY(
     SELECT k.ctid FROM pgoutbox.effect_keys k
     WHERE k.created_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM pgoutbox.effects e WHERE e.id = k.effect_id)
+      AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = k.queue AND s.id = k.effect_id)
     ORDER BY k.created_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,429 @@
+package pgoutbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// batchCfg is a client of one batch-storage queue with types.
+func batchCfg(queue string, types ...pgoutbox.EffectType) pgoutbox.Config {
+	return pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{queue: {Storage: pgoutbox.StorageBatch, Concurrency: 8, PageSize: 100}},
+		Types:  types,
+	}
+}
+
+// counter counts the deliveries of each effect id and keeps, per ordering
+// key, the order in which they were delivered.
+type counter struct {
+	mu    sync.Mutex
+	n     map[int64]int
+	order map[string][]int64
+}
+
+func newCounter() *counter { return &counter{n: map[int64]int{}, order: map[string][]int64{}} }
+
+func (c *counter) add(d *pgoutbox.Delivery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[d.ID]++
+	if d.OrderingKey != "" {
+		c.order[d.OrderingKey] = append(c.order[d.OrderingKey], d.ID)
+	}
+}
+
+func (c *counter) count(id int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
+}
+
+// TestBatchStorageWritesNothingPerSuccess: every effect of a batch queue,
+// enqueued in many transactions, is delivered exactly once when every
+// handler succeeds, and none leaves a row in pgoutbox.effects: the stream
+// keeps them, and the batches record the settlement.
+func TestBatchStorageWritesNothingPerSuccess(t *testing.T) {
+	b := setup(t)
+	seen := newCounter()
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
+		Handler: func(_ context.Context, d *pgoutbox.Delivery) error { seen.add(d); return nil }}))
+	w := watch(t, c)
+	var ids []int64
+	for tx := range 20 {
+		var batch []pgoutbox.Effect
+		for i := range 50 {
+			batch = append(batch, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: fmt.Sprintf("k-%d-%d", tx, i)})
+		}
+		ids = append(ids, b.enqueue(t, batch...)...)
+	}
+	for _, id := range ids {
+		b.waitEvent(t, w, id, "completed")
+	}
+	for _, id := range ids {
+		if n := seen.count(id); n != 1 {
+			t.Errorf("effect %d delivered %d times, want once", id, n)
+		}
+	}
+	if n := b.count(t); n != 0 {
+		t.Errorf("%d rows in pgoutbox.effects, want none: a success writes no row", n)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE queue = 'bq'`); n != int64(len(ids)) {
+		t.Errorf("%d stream rows, want %d", n, len(ids))
+	}
+	b.waitFor(t, "every batch settled", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'bq' AND done_at IS NULL`) == 0
+	})
+}
+
+// TestBatchStorageCommitOrder: a batch holds what committed between two
+// ticks, not a range of ids. An effect whose transaction drew its id first
+// and commits after a later id was delivered is delivered too (a cursor on
+// ids would skip it for ever).
+func TestBatchStorageCommitOrder(t *testing.T) {
+	b := setup(t)
+	seen := newCounter()
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
+		Handler: func(_ context.Context, d *pgoutbox.Delivery) error { seen.add(d); return nil }}))
+	w := watch(t, c)
+	slow, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Rollback(b.ctx) //nolint:errcheck
+	first, err := pgoutbox.Enqueue(b.ctx, slow, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "second"})[0]
+	if second <= first {
+		t.Fatalf("ids %d, %d: want the open transaction's first", first, second)
+	}
+	b.waitEvent(t, w, second, "completed")
+	if err := slow.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitEvent(t, w, first, "completed")
+	if seen.count(first) != 1 || seen.count(second) != 1 {
+		t.Fatalf("deliveries: first %d, second %d; want one each", seen.count(first), seen.count(second))
+	}
+}
+
+// TestBatchStorageExceptions: the effects that do not succeed from their
+// batch move to pgoutbox.effects with the state the row storage would
+// give them, and finish there: a retry is retried, a permanent failure is
+// a dead letter with its attempt recorded, a type that is not replay-safe
+// is delivered under a durable lease with its start recorded first, and an
+// internal job runs in its completion transaction.
+func TestBatchStorageExceptions(t *testing.T) {
+	b := setup(t)
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	note := func(d *pgoutbox.Delivery) {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[d.Key] = append(attempts[d.Key], d.Attempt)
+	}
+	c := b.startClient(t, batchCfg("bq",
+		pgoutbox.EffectType{Name: "flaky", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			note(d)
+			if d.Attempt == 1 {
+				return pgoutbox.Retry(errors.New("try again"))
+			}
+			return nil
+		}},
+		pgoutbox.EffectType{Name: "broken", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			note(d)
+			return pgoutbox.Permanent(errors.New("never"))
+		}},
+		pgoutbox.EffectType{Name: "once", Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			note(d)
+			return nil
+		}},
+		pgoutbox.EffectType{Name: "job", TxHandler: func(ctx context.Context, tx pgx.Tx, d *pgoutbox.Delivery) error {
+			note(d)
+			_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS job_done (id bigint)`)
+			if err == nil {
+				_, err = tx.Exec(ctx, `INSERT INTO job_done VALUES ($1)`, d.ID)
+			}
+			return err
+		}},
+	))
+	w := watch(t, c)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "bq", Type: "flaky", Key: "flaky"},
+		pgoutbox.Effect{Queue: "bq", Type: "broken", Key: "broken"},
+		pgoutbox.Effect{Queue: "bq", Type: "once", Key: "once"},
+		pgoutbox.Effect{Queue: "bq", Type: "job", Key: "job"},
+	)
+	b.waitEvent(t, w, ids[0], "completed")
+	b.waitEvent(t, w, ids[1], "dead_letter")
+	b.waitEvent(t, w, ids[2], "completed")
+	b.waitEvent(t, w, ids[3], "completed")
+
+	if got := b.row(t, ids[0]); got.State != "completed" || got.Attempts != 2 {
+		t.Errorf("retried effect: %s after %d attempts, want completed after 2", got.State, got.Attempts)
+	}
+	if got := b.row(t, ids[1]); got.State != "dead_letter" || got.Attempts != 1 || got.LastError == nil {
+		t.Errorf("permanent failure: %s after %d attempts (error %v), want dead_letter after 1 with its error",
+			got.State, got.Attempts, got.LastError)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_attempts WHERE effect_id = $1 AND outcome = 'dead_letter'`, ids[1]); n != 1 {
+		t.Errorf("dead letter's attempt records: %d, want 1", n)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND delivery_started_at IS NOT NULL`, ids[2]); n != 1 {
+		t.Errorf("the not-replay-safe effect has no recorded start: it was not delivered under a durable lease")
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM job_done WHERE id = $1`, ids[3]); n != 1 {
+		t.Errorf("internal job's write: %d rows, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for key, want := range map[string][]int{"flaky": {1, 2}, "broken": {1}, "once": {1}, "job": {1}} {
+		if !slices.Equal(attempts[key], want) {
+			t.Errorf("%s: attempts %v, want %v", key, attempts[key], want)
+		}
+	}
+}
+
+// TestBatchStorageOrdering: the effects of one ordering key are delivered
+// in enqueue order even when one of them fails in its batch: the ones
+// behind it move to pgoutbox.effects after it and wait there, and a later
+// batch's effect of the key waits behind them too.
+func TestBatchStorageOrdering(t *testing.T) {
+	b := setup(t)
+	seen := newCounter()
+	var failOnce sync.Once
+	var failing int64
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ord", ReplaySafe: true,
+		Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			var fail bool
+			if d.ID == failing {
+				failOnce.Do(func() { fail = true })
+			}
+			if fail {
+				return pgoutbox.Retry(errors.New("not yet"))
+			}
+			seen.add(d)
+			return nil
+		}}))
+	w := watch(t, c)
+	var effects []pgoutbox.Effect
+	for i := range 30 {
+		effects = append(effects, pgoutbox.Effect{Queue: "bq", Type: "ord", Key: fmt.Sprintf("e%d", i),
+			OrderingKey: fmt.Sprintf("key-%d", i%3)})
+	}
+	// Enqueued in one transaction, so that they are one batch; the failing
+	// one is chosen before the client can see them.
+	var ids []int64
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		if ids, err = pgoutbox.EnqueueBatch(b.ctx, tx, effects); err == nil {
+			failing = ids[4] // key-1, its second effect
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		b.waitEvent(t, w, id, "completed")
+	}
+	later := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ord", Key: "later", OrderingKey: "key-1"})[0]
+	b.waitEvent(t, w, later, "completed")
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for k := range 3 {
+		key := fmt.Sprintf("key-%d", k)
+		var want []int64
+		for i, id := range ids {
+			if i%3 == k {
+				want = append(want, id)
+			}
+		}
+		if k == 1 {
+			want = append(want, later)
+		}
+		if got := seen.order[key]; !slices.Equal(got, want) {
+			t.Errorf("%s delivered in order %v, want %v", key, got, want)
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE ordering_key = 'key-1'`); n != 9 {
+		t.Errorf("%d effects of key-1 moved to pgoutbox.effects, want 9: the failed one and the 8 behind it", n)
+	}
+}
+
+// TestBatchStorageFencedSettle: a consumer whose batch lease was taken
+// over writes nothing when it settles: not its position, not its
+// exceptions.
+func TestBatchStorageFencedSettle(t *testing.T) {
+	b := setup(t)
+	if err := store.SetStorage(b.ctx, b.pool, []string{"bq"}, []string{store.StorageBatch}); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "t", Key: "a"}, pgoutbox.Effect{Queue: "bq", Type: "t", Key: "b"})
+	if ticked, err := store.Tick(b.ctx, b.pool, "bq"); err != nil || !ticked {
+		t.Fatalf("tick: %v, %v", ticked, err)
+	}
+	stale, ok, err := store.ClaimBatch(b.ctx, b.pool, "bq", "stale", time.Millisecond)
+	if err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	page, err := store.Page(b.ctx, b.pool, stale, stale.DoneThrough, 10)
+	if err != nil || len(page) != 2 || page[0].ID != ids[0] || page[1].ID != ids[1] {
+		t.Fatalf("page: %v, %v", page, err)
+	}
+	b.waitFor(t, "the stale lease to expire", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE lease_expires_at < now()`) == 1
+	})
+	fresh, ok, err := store.ClaimBatch(b.ctx, b.pool, "bq", "fresh", time.Minute)
+	if err != nil || !ok || fresh.Token == stale.Token || fresh.ID != stale.ID {
+		t.Fatalf("re-lease: %v, %v (tokens %v, %v)", ok, err, fresh.Token, stale.Token)
+	}
+	moves := []store.Move{{Effect: page[0], State: "dead_letter", Attempts: 1, Error: "stale"}}
+	found, err := store.Settle(b.ctx, b.pool, stale, stale.MaxID, true, moves, "stale", nil, nil)
+	if err != nil || found {
+		t.Fatalf("stale settle: found %v, %v; want not found", found, err)
+	}
+	if n := b.count(t); n != 0 {
+		t.Errorf("the stale settle moved %d effects", n)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NOT NULL OR done_through >= $1`, ids[0]); n != 0 {
+		t.Errorf("the stale settle advanced the batch")
+	}
+	found, err = store.Settle(b.ctx, b.pool, fresh, fresh.MaxID, true, moves, "fresh", nil, nil)
+	if err != nil || !found {
+		t.Fatalf("fresh settle: found %v, %v", found, err)
+	}
+	if got := b.row(t, ids[0]); got.State != "dead_letter" {
+		t.Errorf("moved effect is %s, want dead_letter", got.State)
+	}
+}
+
+// TestBatchStorageRotation: a generation is emptied by TRUNCATE once it is
+// closed and a batch ticked after the close is settled; idempotency keys
+// outlive it, as they outlive a pruned effect.
+func TestBatchStorageRotation(t *testing.T) {
+	b := setup(t)
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
+		Handler: func(context.Context, *pgoutbox.Delivery) error { return nil }}))
+	w := watch(t, c)
+	first := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "first"})[0]
+	b.waitEvent(t, w, first, "completed")
+	gen := b.scalar(t, `SELECT gen FROM pgoutbox.stream WHERE id = $1`, first)
+	// Closes the generation (nothing to truncate yet).
+	if n, err := store.StreamMaintain(b.ctx, b.pool, 0, 0); err != nil || n != 0 {
+		t.Fatalf("maintain: %d, %v", n, err)
+	}
+	if s := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_generations WHERE gen = $1 AND state = 'closed'`, gen); s != 1 {
+		t.Fatal("the generation was not closed")
+	}
+	// Not truncated before a batch ticked after the close is settled.
+	second := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "second"})[0]
+	if g := b.scalar(t, `SELECT gen FROM pgoutbox.stream WHERE id = $1`, second); g == gen {
+		t.Fatalf("a new effect went to the closed generation %d", g)
+	}
+	b.waitEvent(t, w, second, "completed")
+	b.waitFor(t, "the second batch settled", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NULL`) == 0
+	})
+	if n, err := store.StreamMaintain(b.ctx, b.pool, time.Hour, 0); err != nil || n != 1 {
+		t.Fatalf("maintain: %d truncated, %v; want 1", n, err)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE gen = $1`, gen); n != 0 {
+		t.Errorf("%d rows left in the truncated generation", n)
+	}
+	// The key outlives its row: enqueuing it again returns the same id and
+	// writes nothing.
+	again := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "first"})[0]
+	if again != first || b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE id = $1`, first) != 0 {
+		t.Errorf("re-enqueued key: id %d (want %d)", again, first)
+	}
+}
+
+// TestBatchStorageSQLEnqueue: an effect enqueued through the SQL API into
+// a batch queue goes to the stream, keeps its idempotency key and is
+// delivered.
+func TestBatchStorageSQLEnqueue(t *testing.T) {
+	b := setup(t)
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
+		Handler: func(context.Context, *pgoutbox.Delivery) error { return nil }}))
+	w := watch(t, c)
+	id := b.scalar(t, `SELECT pgoutbox.enqueue('bq', 'ok', 'sql-key', '{"a":1}')`)
+	again := b.scalar(t, `SELECT pgoutbox.enqueue('bq', 'ok', 'sql-key', '{"a":1}')`)
+	if again != id {
+		t.Errorf("same key: ids %d, %d", id, again)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE id = $1`, id); n != 1 {
+		t.Errorf("%d stream rows for the SQL enqueue, want 1", n)
+	}
+	b.waitEvent(t, w, id, "completed")
+	if n := b.count(t); n != 0 {
+		t.Errorf("%d rows in pgoutbox.effects", n)
+	}
+}
+
+// TestBatchStorageTicksBySnapshot: consecutive batches partition the
+// committed effects by commit, whatever their ids: an effect whose
+// transaction drew the lowest id and committed last is in the later batch,
+// and that batch, whose ids span the earlier one's, holds none of it.
+func TestBatchStorageTicksBySnapshot(t *testing.T) {
+	b := setup(t)
+	if err := store.SetStorage(b.ctx, b.pool, []string{"sq"}, []string{store.StorageBatch}); err != nil {
+		t.Fatal(err)
+	}
+	slow, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Rollback(b.ctx) //nolint:errcheck
+	a, err := pgoutbox.Enqueue(b.ctx, slow, pgoutbox.Effect{Queue: "sq", Type: "t", Key: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bID := b.enqueue(t, pgoutbox.Effect{Queue: "sq", Type: "t", Key: "b"})[0]
+	page := func() []int64 {
+		t.Helper()
+		if ticked, err := store.Tick(b.ctx, b.pool, "sq"); err != nil || !ticked {
+			t.Fatalf("tick: %v, %v", ticked, err)
+		}
+		bt, ok, err := store.ClaimBatch(b.ctx, b.pool, "sq", "me", time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v, %v", ok, err)
+		}
+		rows, err := store.Page(b.ctx, b.pool, bt, bt.DoneThrough, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found, err := store.Settle(b.ctx, b.pool, bt, bt.MaxID, true, nil, "me", nil, nil); err != nil || !found {
+			t.Fatalf("settle: %v, %v", found, err)
+		}
+		var ids []int64
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	if got := page(); !slices.Equal(got, []int64{bID}) {
+		t.Fatalf("first batch %v, want [%d]: the open transaction's effect is not committed", got, bID)
+	}
+	if ticked, err := store.Tick(b.ctx, b.pool, "sq"); err != nil || ticked {
+		t.Fatalf("tick with nothing new committed: ticked %v, %v", ticked, err)
+	}
+	if err := slow.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := b.enqueue(t, pgoutbox.Effect{Queue: "sq", Type: "t", Key: "c"})[0]
+	if got := page(); !slices.Equal(got, []int64{a, c}) {
+		t.Fatalf("second batch %v, want [%d %d]: the late commit and the new one, not %d again", got, a, c, bID)
+	}
+}

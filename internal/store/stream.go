@@ -1,0 +1,298 @@
+package store
+
+// The statements of batch storage (migration 00027, docs/batch-storage.md):
+// a queue's storage, the ticks that close batches of pgoutbox.stream by
+// snapshot, the fenced batch lease, its pages and its settlement, and the
+// generations' rotation.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Storage values of pgoutbox.queue_storage.
+const (
+	StorageRows  = "rows"
+	StorageBatch = "batch"
+)
+
+const setStorageSQL = `
+INSERT INTO pgoutbox.queue_storage AS s (queue, storage)
+SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT (queue) DO UPDATE SET storage = excluded.storage, chosen_at = now()
+WHERE s.storage IS DISTINCT FROM excluded.storage`
+
+// SetStorage records each queue's storage (StorageRows or StorageBatch);
+// rows already right are not written.
+func SetStorage(ctx context.Context, db DBTX, queues, storages []string) error {
+	_, err := db.Exec(ctx, setStorageSQL, queues, storages)
+	return MapError(err)
+}
+
+// Batch is a leased batch of a queue's stream.
+type Batch struct {
+	Queue       string
+	ID          int64
+	Snap        string // pg_snapshot, text form
+	PrevSnap    *string
+	MinID       int64
+	MaxID       int64
+	Effects     int64
+	DoneThrough int64
+	Token       uuid.UUID
+}
+
+const tickSQL = `SELECT pgoutbox.stream_tick($1)`
+
+// Tick closes the queue's next batch when rows were committed since the
+// last one, and reports whether it did.
+func Tick(ctx context.Context, db DBTX, queue string) (bool, error) {
+	var id *int64
+	if err := db.QueryRow(ctx, tickSQL, queue).Scan(&id); err != nil {
+		return false, MapError(err)
+	}
+	return id != nil, nil
+}
+
+// claimBatchSQL leases the queue's oldest open batch, unless another
+// consumer holds it under a lease that has not expired, or the queue is
+// paused: batches are delivered one at a time, in tick order, so the
+// effects of one ordering key are delivered in commit order. A re-lease
+// draws a new token, which fences the former holder out. $1 queue, $2
+// owner, $3 lease seconds.
+const claimBatchSQL = `
+WITH head AS (
+    SELECT b.id FROM pgoutbox.stream_batches b
+    WHERE b.queue = $1 AND b.done_at IS NULL AND ` + notPausedSQL + `
+    ORDER BY b.id LIMIT 1
+)
+UPDATE pgoutbox.stream_batches b
+SET lease_token = gen_random_uuid(), lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
+FROM head
+WHERE b.queue = $1 AND b.id = head.id AND b.done_at IS NULL
+  AND (b.lease_token IS NULL OR b.lease_expires_at < now())
+RETURNING b.id, b.snap::text, b.prev_snap::text, b.min_id, b.max_id, b.effects, b.done_through, b.lease_token`
+
+// ClaimBatch leases the queue's oldest open batch; ok is false when there
+// is none to take.
+func ClaimBatch(ctx context.Context, db DBTX, queue, owner string, lease time.Duration) (b Batch, ok bool, err error) {
+	b.Queue = queue
+	err = db.QueryRow(ctx, claimBatchSQL, queue, owner, lease.Seconds()).Scan(&b.ID, &b.Snap, &b.PrevSnap, &b.MinID,
+		&b.MaxID, &b.Effects, &b.DoneThrough, &b.Token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Batch{}, false, nil
+	}
+	if err != nil {
+		return Batch{}, false, MapError(err)
+	}
+	return b, true, nil
+}
+
+const extendBatchSQL = `
+UPDATE pgoutbox.stream_batches SET lease_expires_at = now() + make_interval(secs => $4)
+WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL`
+
+// ExtendBatch extends b's lease; false: the lease was lost.
+func ExtendBatch(ctx context.Context, db DBTX, b Batch, lease time.Duration) (bool, error) {
+	tag, err := db.Exec(ctx, extendBatchSQL, b.Queue, b.ID, pgUUID(b.Token), lease.Seconds())
+	if err != nil {
+		return false, MapError(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// pageSQL reads the next page of a batch: its rows after the settled
+// position, in id order, through the (queue, id) index between the batch's
+// first and last ids, keeping those committed in its snapshot and not in
+// the previous one. $1 queue, $2 after, $3 max id, $4 snap, $5 previous
+// snap, $6 limit.
+const pageSQL = `
+SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, s.max_attempts, s.created_at,
+    extract(epoch FROM now() - s.available_at)::float8, coalesce(s.ordering_key, ''), coalesce(s.traceparent, '')
+FROM pgoutbox.stream s
+WHERE s.queue = $1 AND s.id > $2 AND s.id <= $3
+  AND pg_visible_in_snapshot(s.xid, $4::pg_snapshot)
+  AND ($5::pg_snapshot IS NULL OR NOT pg_visible_in_snapshot(s.xid, $5::pg_snapshot))
+ORDER BY s.id
+LIMIT $6`
+
+// Page reads up to limit effects of b after id after, in id order, as
+// first attempts (Claimed.Token is b's token; ClaimLatency is negative for
+// an effect not yet due).
+func Page(ctx context.Context, db DBTX, b Batch, after int64, limit int) ([]Claimed, error) {
+	rows, err := db.Query(ctx, pageSQL, b.Queue, after, b.MaxID, b.Snap, b.PrevSnap, limit)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		c := Claimed{Attempt: 1, Token: b.Token}
+		var lat float64
+		if err := rows.Scan(&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.MaxAttempts, &c.CreatedAt, &lat,
+			&c.OrderingKey, &c.Traceparent); err != nil {
+			return nil, err
+		}
+		c.ClaimLatency = time.Duration(lat * float64(time.Second))
+		out = append(out, c)
+	}
+	return out, MapError(rows.Err())
+}
+
+// heldKeysSQL returns which of the ordering keys $2 of queue $1 have an
+// effect in pgoutbox.effects that holds back later ones (blocksSQL): a
+// stream effect of such a key is moved behind it, not delivered.
+const heldKeysSQL = `
+SELECT k FROM unnest($2::text[]) AS k
+WHERE EXISTS (
+    SELECT 1 FROM pgoutbox.effects p
+    WHERE p.queue = $1 AND p.ordering_key = k AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+      AND ` + blocksSQL + `)`
+
+// HeldKeys returns the keys of keys that an effect in pgoutbox.effects
+// holds back in queue.
+func HeldKeys(ctx context.Context, db DBTX, queue string, keys []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, heldKeysSQL, queue, keys)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	var k string
+	_, err = pgx.ForEachRow(rows, []any{&k}, func() error {
+		out[k] = true
+		return nil
+	})
+	return out, MapError(err)
+}
+
+// Move is a stream effect that leaves the stream for pgoutbox.effects when
+// its page is settled: an exception.
+type Move struct {
+	Effect Claimed
+	// State is "available" (a retry after Delay, or an effect not run from
+	// the batch, Attempts 0) or "dead_letter".
+	State    string
+	Attempts int
+	Delay    time.Duration
+	Error    string
+}
+
+// settleFenceSQL advances b's settled position, fenced by its token; $5
+// marks it done. $1 queue, $2 batch id, $3 token, $4 position.
+const settleFenceSQL = `
+UPDATE pgoutbox.stream_batches
+SET done_through = $4, done_at = CASE WHEN $5 THEN now() END,
+    lease_token = CASE WHEN $5 THEN NULL ELSE lease_token END,
+    lease_expires_at = CASE WHEN $5 THEN NULL ELSE lease_expires_at END
+WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL`
+
+// moveSQL writes the exceptions of a page into pgoutbox.effects under
+// their stream ids; their key rows exist already (the enqueue wrote them),
+// which the insert trigger is told. The failed attempts are recorded as
+// the effects table's trigger records a failed attempt's update.
+const moveSQL = `
+WITH input AS (
+    SELECT m.* FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::text[])
+        AS m(id, state, attempts, delay_s, error)
+), marked AS (
+    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+), moved AS (
+    INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, state, attempts, max_attempts,
+        available_at, created_at, ordering_key, traceparent, last_error, dead_lettered_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, i.state::pgoutbox.effect_state, i.attempts,
+        s.max_attempts,
+        CASE WHEN i.attempts = 0 THEN s.available_at ELSE now() + make_interval(secs => i.delay_s) END,
+        s.created_at, s.ordering_key, s.traceparent, left(i.error, 2000),
+        CASE WHEN i.state = 'dead_letter' THEN now() END
+    FROM input i JOIN pgoutbox.stream s ON s.queue = $7 AND s.id = i.id CROSS JOIN marked
+    ORDER BY s.id
+    RETURNING id
+)
+INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome, error, worker)
+SELECT i.id, i.attempts, CASE WHEN i.state = 'available' THEN 'retrying' ELSE i.state END, left(i.error, 2000),
+    left($6, 256)
+FROM input i JOIN moved m ON m.id = i.id
+WHERE i.attempts > 0`
+
+// Completion is a delivered effect of a page whose handler registered
+// OnComplete transitions: they run in the page's settling transaction,
+// each effect's in a savepoint.
+type Completion struct {
+	Effect Claimed
+	Fns    []func(context.Context, pgx.Tx) error
+}
+
+// Settle records a page of b in one transaction fenced by b's token: the
+// completions' transitions run first, each effect's in a savepoint (one
+// that fails is rolled back and becomes the Move failed returns); then the
+// exceptions go to pgoutbox.effects and the settled position becomes
+// through (done when last). found is false, and nothing is written, when
+// the lease was lost.
+func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, through int64, last bool, moves []Move, worker string,
+	done []Completion, failed func(Claimed, error) Move) (found bool, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, settleFenceSQL, b.Queue, b.ID, pgUUID(b.Token), through, last)
+		if err != nil {
+			return err
+		}
+		if found = tag.RowsAffected() == 1; !found {
+			return nil
+		}
+		all := moves
+		for _, c := range done {
+			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+				for _, fn := range c.Fns {
+					if err := fn(ctx, sp); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				all = append(all[:len(all):len(all)], failed(c.Effect, err))
+			}
+		}
+		if len(all) == 0 {
+			return nil
+		}
+		ids, states := make([]int64, len(all)), make([]string, len(all))
+		attempts, delays, errs := make([]int32, len(all)), make([]float64, len(all)), make([]string, len(all))
+		for i, m := range all {
+			ids[i], states[i], attempts[i] = m.Effect.ID, m.State, int32(m.Attempts)
+			delays[i], errs[i] = m.Delay.Seconds(), m.Error
+		}
+		if _, err := tx.Exec(ctx, `SELECT set_config('pgoutbox.settling', 'on', true)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, moveSQL, ids, states, attempts, delays, errs, worker, b.Queue); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT set_config('pgoutbox.settling', 'off', true)`)
+		return err
+	})
+	if err != nil {
+		return false, MapError(err)
+	}
+	return found, nil
+}
+
+const streamMaintainSQL = `SELECT pgoutbox.stream_maintain(make_interval(secs => $1), make_interval(secs => $2))`
+
+// StreamMaintain empties the closed generations whose batches are settled
+// and that were closed for retention, closes the current one when it is
+// older than rotateAfter (pgoutbox.stream_maintain), and returns how many
+// generations it emptied.
+func StreamMaintain(ctx context.Context, db DBTX, rotateAfter, retention time.Duration) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, streamMaintainSQL, rotateAfter.Seconds(), retention.Seconds()).Scan(&n)
+	return n, MapError(err)
+}
