@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/engine"
@@ -169,27 +170,38 @@ func (q *queueWorker) deliverBatch(ctx context.Context, b store.Batch) (int, err
 		if ctx.Err() != nil {
 			rctx, rcancel := finishCtx(work)
 			defer rcancel()
-			_, err := store.ExtendBatch(rctx, q.c.pool, b, 0)
-			return total, err
+			return total, store.ReleaseBatch(rctx, q.c.pool, b)
 		}
 	}
 }
 
-// pageRun is one effect of a page: how it ended.
+// pageRun is one effect of a page: how it ended. The page's mutex guards
+// every field once the chains run.
 type pageRun struct {
-	cl    store.Claimed
-	d     *Delivery
-	ran   bool
-	err   error // the handler's error (nil: delivered)
-	move  *store.Move
-	start time.Time
+	cl      store.Claimed
+	d       *Delivery
+	job     *engine.Job
+	ran     bool  // its handler was started
+	done    bool  // its handler returned
+	err     error // the handler's error (nil: delivered)
+	move    *store.Move
+	start   time.Time
+	runCtx  context.Context
+	cancel  context.CancelCauseFunc
+	promote *store.Move // set when the page was settled while it ran
 }
 
 // deliverPage delivers one page of b and settles it through through (last:
 // the batch is done). Effects that must not run from a batch, and those
 // behind a held ordering key, move to pgoutbox.effects unrun; the others
 // run, up to Concurrency at a time, the effects of one ordering key one
-// after another in id order. found is false when the lease was lost.
+// after another in id order. The page waits for its handlers at most
+// PageHold: the ones still running then are promoted to durable leases in
+// pgoutbox.effects (as a row-lock batch promotes its slow effects), the
+// ones not started yet move there unrun, and the page settles at once, so
+// a slow handler holds its batch, and the queue, for PageHold at most. A
+// promoted delivery completes or fails in pgoutbox.effects under its own
+// lease. found is false when the lease was lost.
 func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []store.Claimed, through int64, last bool) (bool, error) {
 	var keys []string
 	for _, cl := range page {
@@ -198,6 +210,27 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		}
 	}
 	held := map[string]bool{}
+	if b.Relet {
+		// The batch's former holder let its lease expire unsettled: it may
+		// have died delivering one of these. Each moves to the row storage
+		// with the attempt counted, where a durable lease counts the next,
+		// so an effect that kills its consumer is dead-lettered after
+		// max_attempts, as in the row storage.
+		moves := make([]store.Move, len(page))
+		for i, cl := range page {
+			moves[i] = store.Move{Effect: cl, State: string(StateAvailable), Attempts: 1,
+				Error: "the batch lease expired before this page was settled; delivered again under a durable lease"}
+			switch {
+			case !q.runsFromBatch(cl):
+				moves[i].Attempts, moves[i].Error = 0, "" // never run from a batch
+			case cl.MaxAttempts <= 1:
+				moves[i].State = string(StateDeadLetter)
+			}
+		}
+		sctx, cancel := finishCtx(ctx)
+		defer cancel()
+		return store.Settle(sctx, q.c.pool, b, through, last, moves, q.c.cfg.ID, nil, nil)
+	}
 	if len(keys) > 0 {
 		hctx, cancel := finishCtx(ctx)
 		var err error
@@ -226,40 +259,70 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		}
 		chains[c] = append(chains[c], i)
 	}
+	var mu sync.Mutex
+	cut := false // the page was settled: start nothing more
+	settled := make(chan struct{})
+	var settleFound bool
+	unrun := func(r *pageRun) { r.move = &store.Move{Effect: r.cl, State: string(StateAvailable)} }
 	slots := make(chan struct{}, q.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for _, chain := range chains {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			blocked := held[runs[chain[0]].cl.OrderingKey]
-			for _, i := range chain {
-				r := &runs[i]
-				if blocked || !q.runsFromBatch(r.cl) {
-					r.move = &store.Move{Effect: r.cl, State: string(StateAvailable)}
-					blocked = r.cl.OrderingKey != ""
-					continue
-				}
-				q.runOne(ctx, r)
-				if r.move != nil && r.cl.OrderingKey != "" {
-					blocked = true
-				}
+	allDone := make(chan struct{})
+	go func() {
+		for _, chain := range chains {
+			select {
+			case slots <- struct{}{}:
+			case <-settled:
+				// Cut: the rest of the chains were moved unrun.
+				wg.Wait()
+				close(allDone)
+				return
 			}
-		}()
+			wg.Add(1)
+			q.c.life.AddDelivery()
+			go func() {
+				defer func() { <-slots; wg.Done(); q.c.life.DeliveryDone() }()
+				q.runChain(&mu, &cut, runs, chain, held, unrun, settled, &settleFound)
+			}()
+		}
+		wg.Wait()
+		close(allDone)
+	}()
+	hold := time.NewTimer(q.cfg.PageHold)
+	defer hold.Stop()
+	select {
+	case <-allDone:
+	case <-hold.C:
 	}
-	wg.Wait()
 
+	// The cut: what ran has its outcome, what runs is promoted, what did
+	// not start moves unrun.
+	mu.Lock()
+	cut = true
 	var moves []store.Move
 	var done []store.Completion
+	var promoted []*pageRun
 	for i := range runs {
 		r := &runs[i]
-		if r.move != nil {
+		switch {
+		case !r.ran && r.move == nil:
+			unrun(r)
 			moves = append(moves, *r.move)
-		} else if fns := engine.Transitions(r.d); len(fns) > 0 {
-			done = append(done, store.Completion{Effect: r.cl, Fns: fns})
+		case r.ran && !r.done:
+			m := store.Move{Effect: r.cl, State: string(StateLeased), Attempts: 1, Token: uuid.New(),
+				Lease: q.c.cfg.LeaseDuration}
+			r.promote = &m
+			moves = append(moves, m)
+			promoted = append(promoted, r)
+		case r.move != nil:
+			moves = append(moves, *r.move)
+		default:
+			if fns := engine.Transitions(r.d); len(fns) > 0 {
+				done = append(done, store.Completion{Effect: r.cl, Fns: fns})
+			}
 		}
 	}
+	mu.Unlock()
+
 	sctx, cancel := finishCtx(ctx)
 	defer cancel()
 	var transitionFailed map[int64]error
@@ -271,10 +334,67 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 			transitionFailed[cl.ID] = err
 			return q.failedMove(cl, engine.Retry(fmt.Errorf("completion transition: %w", err)))
 		})
+	mu.Lock()
+	settleFound = found && err == nil
+	if settleFound {
+		// The promoted deliveries' leases exist now: extend them with the
+		// Client's other leases.
+		for _, r := range promoted {
+			if !r.done {
+				q.c.leases.Put(&engine.Held{Fence: r.promotedFence(), Cancel: r.cancel})
+			}
+		}
+	}
+	mu.Unlock()
+	close(settled)
 	q.reportPage(runs, found, err, transitionFailed)
 	return found, err
 }
 
+// runChain runs one chain of a page (its effects in order) until it ends
+// or the page is cut; a promoted delivery is finished in the row storage
+// once the page is settled.
+func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain []int, held map[string]bool,
+	unrun func(*pageRun), settled <-chan struct{}, settleFound *bool) {
+	blocked := held[runs[chain[0]].cl.OrderingKey]
+	for _, i := range chain {
+		r := &runs[i]
+		mu.Lock()
+		if *cut {
+			mu.Unlock()
+			return
+		}
+		if blocked || !q.runsFromBatch(r.cl) {
+			unrun(r)
+			blocked = r.cl.OrderingKey != ""
+			mu.Unlock()
+			continue
+		}
+		q.prepareRun(r)
+		mu.Unlock()
+		herr := q.deliverer.Handle(r.runCtx, r.job)
+		mu.Lock()
+		r.done, r.err = true, herr
+		promoted := r.promote != nil
+		if !promoted && herr != nil {
+			m := q.failedMove(r.cl, herr)
+			if errors.Is(context.Cause(r.runCtx), errShutdown) && m.State == string(StateAvailable) {
+				m.Delay = 0 // interrupted by Stop: released at once
+			}
+			r.move = &m
+			blocked = blocked || r.cl.OrderingKey != ""
+		}
+		mu.Unlock()
+		if promoted {
+			<-settled
+			mu.Lock()
+			found := *settleFound
+			mu.Unlock()
+			q.finishPromoted(r, herr, found)
+			return
+		}
+	}
+}
 // runsFromBatch reports whether cl may be delivered from its batch: a
 // registered, replay-safe type with a plain handler, due now.
 func (q *queueWorker) runsFromBatch(cl store.Claimed) bool {
@@ -282,22 +402,36 @@ func (q *queueWorker) runsFromBatch(cl store.Claimed) bool {
 	return ok && t.ReplaySafe && t.Handler != nil && t.TxHandler == nil && cl.ClaimLatency >= 0
 }
 
-// runOne delivers r's effect (its first attempt) and routes a failure to
-// its move.
-func (q *queueWorker) runOne(ctx context.Context, r *pageRun) {
+// prepareRun readies r's delivery (its first attempt): its Delivery, its
+// span, its job fenced by the durable lease it gets if it is promoted, and
+// its own context, which a lost promoted lease cancels.
+func (q *queueWorker) prepareRun(r *pageRun) {
 	q.c.m.claimed.WithLabelValues(q.name).Inc()
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(r.cl.ClaimLatency.Seconds())
 	r.d, r.ran, r.start = newDelivery(r.cl), true, time.Now()
-	dctx := q.c.deliverySpan(ctx, r.d, r.cl.Traceparent)
+	ctx, cancel := context.WithCancelCause(q.c.life.Work())
+	r.cancel = cancel
+	ctx = q.c.deliverySpan(ctx, r.d, r.cl.Traceparent)
 	t := q.c.types[r.cl.Type]
-	j := engine.JobOf(t, r.d, q.timeout(t))
-	if r.err = q.deliverer.Handle(dctx, j); r.err != nil {
-		m := q.failedMove(r.cl, r.err)
-		if errors.Is(context.Cause(ctx), errShutdown) && m.State == string(StateAvailable) {
-			m.Delay = 0 // interrupted by Stop: released at once
-		}
-		r.move = &m
+	r.job = engine.JobOf(t, r.d, q.timeout(t))
+	r.runCtx = ctx
+}
+
+// promotedFence is the durable lease r was promoted to.
+func (r *pageRun) promotedFence() store.Fence {
+	return store.Fence{ID: r.cl.ID, Token: r.promote.Token, Type: r.cl.Type}
+}
+
+// finishPromoted records the outcome herr of a promoted delivery under its
+// durable lease, once its page settled (found: the page's settle moved it).
+func (q *queueWorker) finishPromoted(r *pageRun, herr error, found bool) {
+	defer r.cancel(nil)
+	if !found {
+		return // reportPage counted it with its page
 	}
+	defer q.c.leases.Delete(r.promotedFence())
+	r.job.Fence = r.promotedFence()
+	q.report(r.d, q.deliverer.Settle(q.c.life.Work(), r.job, herr))
 }
 
 // failedMove is where a failed first attempt of cl goes: back to available
@@ -316,8 +450,8 @@ func (q *queueWorker) failedMove(cl store.Claimed, herr error) store.Move {
 func (q *queueWorker) reportPage(runs []pageRun, found bool, err error, transitionFailed map[int64]error) {
 	for i := range runs {
 		r := &runs[i]
-		if !r.ran {
-			continue
+		if !r.ran || (r.promote != nil && found && err == nil) {
+			continue // not delivered, or finished under its durable lease (finishPromoted)
 		}
 		d := r.d
 		switch {

@@ -83,6 +83,10 @@ func TestBatchStorageWritesNothingPerSuccess(t *testing.T) {
 	b.waitFor(t, "every batch settled", func() bool {
 		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'bq' AND done_at IS NULL`) == 0
 	})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE queue = 'bq' AND state = 'completed'
+		AND attempts = 1 AND completed_at IS NOT NULL`); n != int64(len(ids)) {
+		t.Errorf("effect_states shows %d effects completed, want %d", n, len(ids))
+	}
 }
 
 // TestBatchStorageCommitOrder: a batch holds what committed between two
@@ -416,6 +420,9 @@ func TestBatchStorageTicksBySnapshot(t *testing.T) {
 	if got := page(); !slices.Equal(got, []int64{bID}) {
 		t.Fatalf("first batch %v, want [%d]: the open transaction's effect is not committed", got, bID)
 	}
+	if st := b.row(t, bID).State; st != "completed" {
+		t.Errorf("effect_states: the settled effect is %s", st)
+	}
 	if ticked, err := store.Tick(b.ctx, b.pool, "sq"); err != nil || ticked {
 		t.Fatalf("tick with nothing new committed: ticked %v, %v", ticked, err)
 	}
@@ -423,7 +430,113 @@ func TestBatchStorageTicksBySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := b.enqueue(t, pgoutbox.Effect{Queue: "sq", Type: "t", Key: "c"})[0]
+	if st := b.row(t, a).State; st != "available" {
+		t.Errorf("effect_states: the late commit, not yet in a batch, is %s", st)
+	}
 	if got := page(); !slices.Equal(got, []int64{a, c}) {
 		t.Fatalf("second batch %v, want [%d %d]: the late commit and the new one, not %d again", got, a, c, bID)
+	}
+}
+
+// TestBatchStorageExpiredLease: a batch whose consumer died holding it is
+// taken over when its lease expires; its effects, which may have been
+// delivered, move to the row storage with that attempt counted, so that an
+// effect that kills its consumer is dead-lettered after max_attempts.
+func TestBatchStorageExpiredLease(t *testing.T) {
+	b := setup(t)
+	if err := store.SetStorage(b.ctx, b.pool, []string{"bq"}, []string{store.StorageBatch}); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "a"},
+		pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "b", MaxAttempts: 1})
+	if ticked, err := store.Tick(b.ctx, b.pool, "bq"); err != nil || !ticked {
+		t.Fatalf("tick: %v, %v", ticked, err)
+	}
+	if _, ok, err := store.ClaimBatch(b.ctx, b.pool, "bq", "dead", time.Millisecond); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	b.waitFor(t, "the dead consumer's lease to expire", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE lease_expires_at < now()`) == 1
+	})
+	seen := newCounter()
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
+		Handler: func(_ context.Context, d *pgoutbox.Delivery) error { seen.add(d); return nil }}))
+	w := watch(t, c)
+	b.waitEvent(t, w, ids[0], "completed")
+	if got := b.row(t, ids[0]); got.State != "completed" || got.Attempts != 2 {
+		t.Errorf("taken-over effect: %s after %d attempts, want completed after 2 (the dead consumer's counted)",
+			got.State, got.Attempts)
+	}
+	if got := b.row(t, ids[1]); got.State != "dead_letter" || seen.count(ids[1]) != 0 {
+		t.Errorf("taken-over effect with one attempt: %s, delivered %d times; want dead_letter, none",
+			got.State, seen.count(ids[1]))
+	}
+}
+
+// TestBatchStorageSlowHandlerIsPromoted: a handler still running when its
+// page's hold ends does not hold its queue up: it is promoted to a durable
+// lease in pgoutbox.effects, the page settles, later batches are
+// delivered, the effect behind it of its ordering key waits for it, and it
+// completes under its lease.
+func TestBatchStorageSlowHandlerIsPromoted(t *testing.T) {
+	b := setup(t)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	var once sync.Once
+	seen := newCounter()
+	cfg := pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"bq": {Storage: pgoutbox.StorageBatch, Concurrency: 4,
+			PageHold: 20 * time.Millisecond}},
+		Types: []pgoutbox.EffectType{
+			{Name: "slow", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+				once.Do(func() { close(started) })
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				seen.add(d)
+				return nil
+			}},
+			{Name: "fast", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+				seen.add(d)
+				return nil
+			}},
+		},
+	}
+	c := b.startClient(t, cfg)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	w := watch(t, c)
+	ids := b.enqueue(t,
+		pgoutbox.Effect{Queue: "bq", Type: "slow", Key: "slow", OrderingKey: "k"},
+		pgoutbox.Effect{Queue: "bq", Type: "fast", Key: "behind", OrderingKey: "k"},
+		pgoutbox.Effect{Queue: "bq", Type: "fast", Key: "free"})
+	<-started
+	b.waitEvent(t, w, ids[2], "completed")
+	later := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "fast", Key: "later"})[0]
+	b.waitEvent(t, w, later, "completed")
+	if got := b.row(t, ids[0]); got.State != "leased" || got.Token == nil {
+		t.Errorf("the slow delivery is %s (token %v), want leased under a durable lease", got.State, got.Token)
+	}
+	if got := b.row(t, ids[1]); got.State != "available" || seen.count(ids[1]) != 0 {
+		t.Errorf("the effect behind the slow one is %s, delivered %d times; want available, waiting", got.State,
+			seen.count(ids[1]))
+	}
+	close(release)
+	b.waitEvent(t, w, ids[0], "completed")
+	b.waitEvent(t, w, ids[1], "completed")
+	if got := b.row(t, ids[0]); got.State != "completed" || got.Attempts != 1 {
+		t.Errorf("the slow delivery ended %s after %d attempts, want completed after 1", got.State, got.Attempts)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if got := seen.order["k"]; !slices.Equal(got, ids[:2]) {
+		t.Errorf("key k delivered in order %v, want %v", got, ids[:2])
 	}
 }

@@ -159,6 +159,13 @@ type QueueConfig struct {
 	// batch reads and settles in one transaction; default PageSizeDefault
 	// (1,000).
 	PageSize int
+	// PageHold is, for a StorageBatch queue, how long a page waits for its
+	// slowest handlers: the ones still running then are promoted to
+	// durable leases in pgoutbox.effects and the page settles, so a slow
+	// handler holds its queue's batches up for PageHold at most. Default
+	// PageHoldDefault (1 s), or half of DeliveryTimeout when that is
+	// shorter.
+	PageHold time.Duration
 }
 
 // Storage is a queue's storage (QueueConfig.Storage).
@@ -177,8 +184,14 @@ const (
 	StorageBatch Storage = store.StorageBatch
 )
 
-// PageSizeDefault is a batch queue's page size (QueueConfig.PageSize).
-const PageSizeDefault = 1000
+// Batch queues' defaults (QueueConfig.PageSize, QueueConfig.PageHold).
+const (
+	// PageSizeDefault is a batch queue's page size.
+	PageSizeDefault = 1000
+	// PageHoldDefault is how long a batch queue's page waits for its
+	// handlers before it promotes the slow ones.
+	PageHoldDefault = time.Second
+)
 
 // Config configures a Client. Zero fields take the documented defaults.
 type Config struct {
@@ -339,8 +352,12 @@ func (c Config) withDefaults() (Config, error) {
 				StorageRows, StorageBatch)
 		}
 		def(&q.DeliveryTimeout, min(DeliveryTimeoutDefault, c.LeaseDuration/2))
+		def(&q.PageHold, min(PageHoldDefault, q.DeliveryTimeout/2))
 		if q.ClaimCooldown < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].ClaimCooldown (%s) must not be negative", name, q.ClaimCooldown)
+		}
+		if q.PageHold < 0 {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].PageHold (%s) must not be negative", name, q.PageHold)
 		}
 		if q.Concurrency < 0 || q.ClaimBatch < 0 || q.PageSize < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency, ClaimBatch and PageSize must be positive", name)

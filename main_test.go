@@ -41,6 +41,7 @@ func (b *bundle) startClient(t *testing.T, cfg pgoutbox.Config) *pgoutbox.Client
 	if cfg.BackoffCap == 0 {
 		cfg.BackoffCap = time.Millisecond // retries are immediate in tests unless a test says otherwise
 	}
+	cfg.Queues = withTestStorage(cfg.Queues)
 	c, err := pgoutbox.NewClient(b.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,27 @@ func (b *bundle) startClient(t *testing.T, cfg pgoutbox.Config) *pgoutbox.Client
 		}
 	})
 	return c
+}
+
+// storageEnv names the storage (pgoutbox.Storage) that startClient gives
+// every queue that does not choose one: the test matrix runs the
+// guarantee tests once per storage (`make test-batch`).
+const storageEnv = "PGOUTBOX_TEST_STORAGE"
+
+// withTestStorage is queues with storageEnv's storage where none is set.
+func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox.QueueConfig {
+	s := pgoutbox.Storage(os.Getenv(storageEnv))
+	if s == "" {
+		return queues
+	}
+	out := make(map[string]pgoutbox.QueueConfig, len(queues))
+	for name, q := range queues {
+		if q.Storage == "" {
+			q.Storage = s
+		}
+		out[name] = q
+	}
+	return out
 }
 
 // enqueue writes effects in one committed transaction.

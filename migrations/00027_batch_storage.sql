@@ -59,8 +59,8 @@ CREATE TABLE pgoutbox.stream_1 PARTITION OF pgoutbox.stream FOR VALUES IN (1);
 CREATE TABLE pgoutbox.stream_2 PARTITION OF pgoutbox.stream FOR VALUES IN (2);
 -- A tick's range scan (the rows committed after the previous tick).
 CREATE INDEX stream_xid_idx ON pgoutbox.stream (queue, xid);
--- A batch's pages, in id order.
-CREATE INDEX stream_id_idx ON pgoutbox.stream (queue, id);
+-- A batch's pages, in id order, and an effect by its id.
+CREATE INDEX stream_id_idx ON pgoutbox.stream (id);
 COMMENT ON TABLE pgoutbox.stream IS
     'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
 
@@ -87,6 +87,43 @@ CREATE TABLE pgoutbox.stream_batches (
 CREATE INDEX stream_batches_open_idx ON pgoutbox.stream_batches (queue, id) WHERE done_at IS NULL;
 COMMENT ON TABLE pgoutbox.stream_batches IS
     'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
+
+-- Every effect's state in either storage (docs/batch-storage.md "What
+-- stays the same"): the rows of pgoutbox.effects as they are, and each
+-- stream effect that was not moved out: completed once its batch settled
+-- it (completed_at: the batch's end, NULL while the batch is open),
+-- leased while its batch is leased, else available; attempts 1 once
+-- delivered. A stream effect's batch is the first kept batch that holds it
+-- (committed in its snapshot and not in the previous one), or a settled
+-- one that sees it (settled batches but the newest are forgotten).
+CREATE VIEW pgoutbox.effect_states AS
+SELECT e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.state, e.attempts, e.max_attempts,
+    e.available_at, e.created_at, e.lease_token, e.lease_expires_at, e.delivery_started_at, e.completed_at,
+    e.last_error, e.ordering_key, 'rows'::text AS storage
+FROM pgoutbox.effects e
+UNION ALL
+SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, st.state,
+    CASE WHEN st.state = 'available' THEN 0 ELSE 1 END, s.max_attempts, s.available_at, s.created_at,
+    CASE WHEN st.state = 'leased' THEN b.lease_token END, CASE WHEN st.state = 'leased' THEN b.lease_expires_at END,
+    NULL::timestamptz, CASE WHEN st.state = 'completed' THEN b.done_at END, NULL::text, s.ordering_key,
+    'batch'::text
+FROM pgoutbox.stream s
+LEFT JOIN LATERAL (
+    SELECT b.* FROM pgoutbox.stream_batches b
+    WHERE b.queue = s.queue AND pg_visible_in_snapshot(s.xid, b.snap)
+      AND (b.done_at IS NOT NULL OR b.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, b.prev_snap))
+    ORDER BY b.id LIMIT 1
+) b ON true
+CROSS JOIN LATERAL (
+    SELECT (CASE
+        WHEN b.done_at IS NOT NULL OR b.done_through >= s.id THEN 'completed'
+        WHEN b.lease_token IS NOT NULL AND b.lease_expires_at > now() THEN 'leased'
+        ELSE 'available'
+    END)::pgoutbox.effect_state AS state
+) st
+WHERE NOT EXISTS (SELECT 1 FROM pgoutbox.effects m WHERE m.id = s.id);
+COMMENT ON VIEW pgoutbox.effect_states IS
+    'Every effect in either storage with its state (docs/batch-storage.md).';
 
 -- +goose StatementBegin
 -- stream_gen is the generation a new stream row goes to. Under READ
@@ -296,6 +333,7 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+DROP VIEW pgoutbox.effect_states;
 DROP FUNCTION pgoutbox.stream_maintain(interval, interval);
 DROP FUNCTION pgoutbox.stream_tick(text);
 DROP TRIGGER stream_notify_insert ON pgoutbox.stream;

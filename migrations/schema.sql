@@ -1546,6 +1546,128 @@ CREATE TABLE pgoutbox.effects (
     CONSTRAINT effects_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
 
+CREATE TABLE pgoutbox.stream (
+    gen smallint NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    ordering_key text,
+    traceparent text,
+    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+)
+PARTITION BY LIST (gen);
+
+COMMENT ON TABLE pgoutbox.stream IS 'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
+
+CREATE TABLE pgoutbox.stream_batches (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    snap pg_snapshot NOT NULL,
+    prev_snap pg_snapshot,
+    min_id bigint NOT NULL,
+    max_id bigint NOT NULL,
+    effects bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_token uuid,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    done_through bigint NOT NULL,
+    done_at timestamp with time zone,
+    CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256))
+);
+
+COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
+
+CREATE VIEW pgoutbox.effect_states AS
+ SELECT e.id,
+    e.queue,
+    e.effect_type,
+    e.idempotency_key,
+    e.payload,
+    e.state,
+    e.attempts,
+    e.max_attempts,
+    e.available_at,
+    e.created_at,
+    e.lease_token,
+    e.lease_expires_at,
+    e.delivery_started_at,
+    e.completed_at,
+    e.last_error,
+    e.ordering_key,
+    'rows'::text AS storage
+   FROM pgoutbox.effects e
+UNION ALL
+ SELECT s.id,
+    s.queue,
+    s.effect_type,
+    s.idempotency_key,
+    s.payload,
+    st.state,
+        CASE
+            WHEN (st.state = 'available'::pgoutbox.effect_state) THEN 0
+            ELSE 1
+        END AS attempts,
+    s.max_attempts,
+    s.available_at,
+    s.created_at,
+        CASE
+            WHEN (st.state = 'leased'::pgoutbox.effect_state) THEN b.lease_token
+            ELSE NULL::uuid
+        END AS lease_token,
+        CASE
+            WHEN (st.state = 'leased'::pgoutbox.effect_state) THEN b.lease_expires_at
+            ELSE NULL::timestamp with time zone
+        END AS lease_expires_at,
+    NULL::timestamp with time zone AS delivery_started_at,
+        CASE
+            WHEN (st.state = 'completed'::pgoutbox.effect_state) THEN b.done_at
+            ELSE NULL::timestamp with time zone
+        END AS completed_at,
+    NULL::text AS last_error,
+    s.ordering_key,
+    'batch'::text AS storage
+   FROM ((pgoutbox.stream s
+     LEFT JOIN LATERAL ( SELECT b_1.queue,
+            b_1.id,
+            b_1.snap,
+            b_1.prev_snap,
+            b_1.min_id,
+            b_1.max_id,
+            b_1.effects,
+            b_1.created_at,
+            b_1.lease_token,
+            b_1.lease_owner,
+            b_1.lease_expires_at,
+            b_1.done_through,
+            b_1.done_at
+           FROM pgoutbox.stream_batches b_1
+          WHERE ((b_1.queue = s.queue) AND pg_visible_in_snapshot(s.xid, b_1.snap) AND ((b_1.done_at IS NOT NULL) OR (b_1.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, b_1.prev_snap))))
+          ORDER BY b_1.id
+         LIMIT 1) b ON (true))
+     CROSS JOIN LATERAL ( SELECT (
+                CASE
+                    WHEN ((b.done_at IS NOT NULL) OR (b.done_through >= s.id)) THEN 'completed'::text
+                    WHEN ((b.lease_token IS NOT NULL) AND (b.lease_expires_at > now())) THEN 'leased'::text
+                    ELSE 'available'::text
+                END)::pgoutbox.effect_state AS state) st)
+  WHERE (NOT (EXISTS ( SELECT 1
+           FROM pgoutbox.effects m
+          WHERE (m.id = s.id))));
+
+COMMENT ON VIEW pgoutbox.effect_states IS 'Every effect in either storage with its state (docs/batch-storage.md).';
+
 ALTER TABLE pgoutbox.effects ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME pgoutbox.effects_id_seq
     START WITH 1
@@ -1672,30 +1794,6 @@ CREATE TABLE pgoutbox.samples (
 
 COMMENT ON TABLE pgoutbox.samples IS 'Aggregate worker samples (no payloads, no identifiers) read by `pgoutbox readiness broker`; pruned after 24 h by the sampler.';
 
-CREATE TABLE pgoutbox.stream (
-    gen smallint NOT NULL,
-    id bigint NOT NULL,
-    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
-    queue text NOT NULL,
-    effect_type text NOT NULL,
-    idempotency_key text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    max_attempts integer DEFAULT 8 NOT NULL,
-    available_at timestamp with time zone DEFAULT now() NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    ordering_key text,
-    traceparent text,
-    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
-    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
-    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
-    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
-    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
-    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
-)
-PARTITION BY LIST (gen);
-
-COMMENT ON TABLE pgoutbox.stream IS 'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
-
 CREATE TABLE pgoutbox.stream_0 (
     gen smallint NOT NULL,
     id bigint NOT NULL,
@@ -1758,25 +1856,6 @@ CREATE TABLE pgoutbox.stream_2 (
     CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
     CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
-
-CREATE TABLE pgoutbox.stream_batches (
-    queue text NOT NULL,
-    id bigint NOT NULL,
-    snap pg_snapshot NOT NULL,
-    prev_snap pg_snapshot,
-    min_id bigint NOT NULL,
-    max_id bigint NOT NULL,
-    effects bigint NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    lease_token uuid,
-    lease_owner text,
-    lease_expires_at timestamp with time zone,
-    done_through bigint NOT NULL,
-    done_at timestamp with time zone,
-    CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256))
-);
-
-COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
 
 CREATE TABLE pgoutbox.stream_generations (
     gen smallint NOT NULL,
@@ -1898,19 +1977,19 @@ CREATE INDEX effects_parked_idx ON pgoutbox.effects USING btree (queue, ordering
 
 CREATE UNIQUE INDEX enqueue_grants_key ON pgoutbox.enqueue_grants USING btree (grantee, queue, COALESCE(effect_type, ''::text));
 
-CREATE INDEX stream_id_idx ON ONLY pgoutbox.stream USING btree (queue, id);
+CREATE INDEX stream_id_idx ON ONLY pgoutbox.stream USING btree (id);
 
-CREATE INDEX stream_0_queue_id_idx ON pgoutbox.stream_0 USING btree (queue, id);
+CREATE INDEX stream_0_id_idx ON pgoutbox.stream_0 USING btree (id);
 
 CREATE INDEX stream_xid_idx ON ONLY pgoutbox.stream USING btree (queue, xid);
 
 CREATE INDEX stream_0_queue_xid_idx ON pgoutbox.stream_0 USING btree (queue, xid);
 
-CREATE INDEX stream_1_queue_id_idx ON pgoutbox.stream_1 USING btree (queue, id);
+CREATE INDEX stream_1_id_idx ON pgoutbox.stream_1 USING btree (id);
 
 CREATE INDEX stream_1_queue_xid_idx ON pgoutbox.stream_1 USING btree (queue, xid);
 
-CREATE INDEX stream_2_queue_id_idx ON pgoutbox.stream_2 USING btree (queue, id);
+CREATE INDEX stream_2_id_idx ON pgoutbox.stream_2 USING btree (id);
 
 CREATE INDEX stream_2_queue_xid_idx ON pgoutbox.stream_2 USING btree (queue, xid);
 
@@ -1918,15 +1997,15 @@ CREATE INDEX stream_batches_open_idx ON pgoutbox.stream_batches USING btree (que
 
 CREATE UNIQUE INDEX stream_generations_one_current ON pgoutbox.stream_generations USING btree (state) WHERE (state = 'current'::text);
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_queue_id_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_id_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_0_queue_xid_idx;
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_queue_id_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_id_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_1_queue_xid_idx;
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_queue_id_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_id_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_2_queue_xid_idx;
 

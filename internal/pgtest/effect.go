@@ -20,14 +20,15 @@ type Effect struct {
 	LastError   *string
 }
 
-// ReadEffect loads effect id; any error (a missing row too) fails the test.
+// ReadEffect loads effect id from pgoutbox.effect_states (either storage,
+// migration 00027); any error (a missing row too) fails the test.
 func ReadEffect(tb testing.TB, ctx context.Context, db Querier, id int64) Effect {
 	tb.Helper()
 	var e Effect
 	err := db.QueryRow(ctx, `
 		SELECT state::text, attempts, lease_token::text, lease_expires_at, delivery_started_at,
 		       extract(epoch FROM available_at - now())::float8, last_error
-		FROM pgoutbox.effects WHERE id = $1`, id).
+		FROM pgoutbox.effect_states WHERE id = $1`, id).
 		Scan(&e.State, &e.Attempts, &e.Token, &e.Expires, &e.Started, &e.AvailableIn, &e.LastError)
 	if err != nil {
 		tb.Fatalf("effect %d: %v", id, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,6 +46,10 @@ type Batch struct {
 	Effects     int64
 	DoneThrough int64
 	Token       uuid.UUID
+	// Relet is set when the batch was leased before and its lease expired
+	// unsettled: its holder may have died delivering it, so its effects
+	// may have been delivered, and one of them may kill its consumer.
+	Relet bool
 }
 
 const tickSQL = `SELECT pgoutbox.stream_tick($1)`
@@ -67,7 +72,7 @@ func Tick(ctx context.Context, db DBTX, queue string) (bool, error) {
 // owner, $3 lease seconds.
 const claimBatchSQL = `
 WITH head AS (
-    SELECT b.id FROM pgoutbox.stream_batches b
+    SELECT b.id, b.lease_token IS NOT NULL AS relet FROM pgoutbox.stream_batches b
     WHERE b.queue = $1 AND b.done_at IS NULL AND ` + notPausedSQL + `
     ORDER BY b.id LIMIT 1
 )
@@ -76,14 +81,15 @@ SET lease_token = gen_random_uuid(), lease_owner = $2, lease_expires_at = now() 
 FROM head
 WHERE b.queue = $1 AND b.id = head.id AND b.done_at IS NULL
   AND (b.lease_token IS NULL OR b.lease_expires_at < now())
-RETURNING b.id, b.snap::text, b.prev_snap::text, b.min_id, b.max_id, b.effects, b.done_through, b.lease_token`
+RETURNING b.id, b.snap::text, b.prev_snap::text, b.min_id, b.max_id, b.effects, b.done_through, b.lease_token,
+    head.relet`
 
 // ClaimBatch leases the queue's oldest open batch; ok is false when there
 // is none to take.
 func ClaimBatch(ctx context.Context, db DBTX, queue, owner string, lease time.Duration) (b Batch, ok bool, err error) {
 	b.Queue = queue
 	err = db.QueryRow(ctx, claimBatchSQL, queue, owner, lease.Seconds()).Scan(&b.ID, &b.Snap, &b.PrevSnap, &b.MinID,
-		&b.MaxID, &b.Effects, &b.DoneThrough, &b.Token)
+		&b.MaxID, &b.Effects, &b.DoneThrough, &b.Token, &b.Relet)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Batch{}, false, nil
 	}
@@ -106,8 +112,19 @@ func ExtendBatch(ctx context.Context, db DBTX, b Batch, lease time.Duration) (bo
 	return tag.RowsAffected() == 1, nil
 }
 
+const releaseBatchSQL = `
+UPDATE pgoutbox.stream_batches SET lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL
+WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL`
+
+// ReleaseBatch gives b's lease up (a consumer stopping between pages): the
+// next claim takes the batch at once, and not as Relet.
+func ReleaseBatch(ctx context.Context, db DBTX, b Batch) error {
+	_, err := db.Exec(ctx, releaseBatchSQL, b.Queue, b.ID, pgUUID(b.Token))
+	return MapError(err)
+}
+
 // pageSQL reads the next page of a batch: its rows after the settled
-// position, in id order, through the (queue, id) index between the batch's
+// position, in id order, through the id index between the batch's
 // first and last ids, keeping those committed in its snapshot and not in
 // the previous one. $1 queue, $2 after, $3 max id, $4 snap, $5 previous
 // snap, $6 limit.
@@ -178,11 +195,15 @@ func HeldKeys(ctx context.Context, db DBTX, queue string, keys []string) (map[st
 type Move struct {
 	Effect Claimed
 	// State is "available" (a retry after Delay, or an effect not run from
-	// the batch, Attempts 0) or "dead_letter".
+	// the batch, Attempts 0), "dead_letter", or "leased" (a delivery still
+	// running when its page settled, promoted to a durable lease: Token,
+	// for Lease, owned by Settle's worker).
 	State    string
 	Attempts int
 	Delay    time.Duration
 	Error    string
+	Token    uuid.UUID
+	Lease    time.Duration
 }
 
 // settleFenceSQL advances b's settled position, fenced by its token; $5
@@ -200,19 +221,23 @@ WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL`
 // the effects table's trigger records a failed attempt's update.
 const moveSQL = `
 WITH input AS (
-    SELECT m.* FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::text[])
-        AS m(id, state, attempts, delay_s, error)
+    SELECT m.* FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::text[], $8::uuid[], $9::float8[])
+        AS m(id, state, attempts, delay_s, error, token, lease_s)
 ), marked AS (
     SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
 ), moved AS (
     INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, state, attempts, max_attempts,
-        available_at, created_at, ordering_key, traceparent, last_error, dead_lettered_at)
+        available_at, created_at, ordering_key, traceparent, last_error, dead_lettered_at, lease_token, lease_owner,
+        leased_at, lease_expires_at)
     OVERRIDING SYSTEM VALUE
     SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, i.state::pgoutbox.effect_state, i.attempts,
         s.max_attempts,
         CASE WHEN i.attempts = 0 THEN s.available_at ELSE now() + make_interval(secs => i.delay_s) END,
         s.created_at, s.ordering_key, s.traceparent, left(i.error, 2000),
-        CASE WHEN i.state = 'dead_letter' THEN now() END
+        CASE WHEN i.state = 'dead_letter' THEN now() END,
+        CASE WHEN i.state = 'leased' THEN i.token END, CASE WHEN i.state = 'leased' THEN $6 END,
+        CASE WHEN i.state = 'leased' THEN now() END,
+        CASE WHEN i.state = 'leased' THEN statement_timestamp() + make_interval(secs => i.lease_s) END
     FROM input i JOIN pgoutbox.stream s ON s.queue = $7 AND s.id = i.id CROSS JOIN marked
     ORDER BY s.id
     RETURNING id
@@ -221,7 +246,7 @@ INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome, error, worker
 SELECT i.id, i.attempts, CASE WHEN i.state = 'available' THEN 'retrying' ELSE i.state END, left(i.error, 2000),
     left($6, 256)
 FROM input i JOIN moved m ON m.id = i.id
-WHERE i.attempts > 0`
+WHERE i.attempts > 0 AND i.state <> 'leased'`
 
 // Completion is a delivered effect of a page whose handler registered
 // OnComplete transitions: they run in the page's settling transaction,
@@ -266,14 +291,19 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, through int64, las
 		}
 		ids, states := make([]int64, len(all)), make([]string, len(all))
 		attempts, delays, errs := make([]int32, len(all)), make([]float64, len(all)), make([]string, len(all))
+		tokens, leases := make([]*pgtype.UUID, len(all)), make([]float64, len(all))
 		for i, m := range all {
 			ids[i], states[i], attempts[i] = m.Effect.ID, m.State, int32(m.Attempts)
-			delays[i], errs[i] = m.Delay.Seconds(), m.Error
+			delays[i], errs[i], leases[i] = m.Delay.Seconds(), m.Error, m.Lease.Seconds()
+			if m.Token != (uuid.UUID{}) {
+				u := pgUUID(m.Token)
+				tokens[i] = &u
+			}
 		}
 		if _, err := tx.Exec(ctx, `SELECT set_config('pgoutbox.settling', 'on', true)`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, moveSQL, ids, states, attempts, delays, errs, worker, b.Queue); err != nil {
+		if _, err := tx.Exec(ctx, moveSQL, ids, states, attempts, delays, errs, worker, b.Queue, tokens, leases); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT set_config('pgoutbox.settling', 'off', true)`)
