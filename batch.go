@@ -372,6 +372,9 @@ func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain 
 		}
 		q.prepareRun(r)
 		mu.Unlock()
+		// Counted in the queue's deliveries in flight, which the row claim
+		// loop (the exceptions) leaves room for.
+		q.inflight.Add(1)
 		herr := q.deliverer.Handle(r.runCtx, r.job)
 		mu.Lock()
 		r.done, r.err = true, herr
@@ -391,6 +394,10 @@ func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain 
 			found := *settleFound
 			mu.Unlock()
 			q.finishPromoted(r, herr, found)
+		}
+		q.inflight.Add(-1)
+		signal(q.freed)
+		if promoted {
 			return
 		}
 	}

@@ -214,7 +214,10 @@ func TestLeaseExtensionKeepsLongDeliveriesAndCancelsLostOnes(t *testing.T) {
 	causes := make(chan error, 2)
 	release := make(chan struct{})
 	c := b.startClient(t, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, DeliveryTimeout: 50 * time.Second}},
+		// Row storage whatever the test matrix says: the leases this test
+		// shortens and steals are rows from the claim on.
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, DeliveryTimeout: 50 * time.Second,
+			Storage: pgoutbox.StorageRows}},
 		LeaseDuration: time.Minute,
 		SweepInterval: -1,
 		Types: []pgoutbox.EffectType{{Name: "long", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {

@@ -180,7 +180,7 @@ func TestPoisonDoesNotBlockOthers(t *testing.T) {
 	ids := b.enqueue(t, effects...)
 	b.waitEvent(t, events, ids[0], "dead_letter")
 	b.waitFor(t, "1000 completions", func() bool {
-		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) == 1000
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE state = 'completed'`) == 1000
 	})
 	if r := b.row(t, ids[0]); r.Attempts != 8 {
 		t.Fatalf("poison attempts %d, want exactly 8", r.Attempts)
