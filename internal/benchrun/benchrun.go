@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // StopTimeout is how long a Runner is given to stop gracefully after a run.
@@ -191,6 +192,16 @@ type PgoutboxConfig struct {
 	RowLockLease time.Duration
 	// ClaimCooldown is QueueConfig.ClaimCooldown (0: none).
 	ClaimCooldown time.Duration
+	// Storage is QueueConfig.Storage ("": the engine default, which leaves
+	// the queue's recorded storage as it is, rows in a fresh database;
+	// pgoutbox.StorageBatch: the stream, delivered in batches). The Clients
+	// record it when they start; call Pgoutbox.RecordStorage before
+	// enqueuing a backlog that must go to it.
+	Storage pgoutbox.Storage
+	// PageSize is QueueConfig.PageSize, the effects one page of a batch
+	// reads and settles (0: the engine default, pgoutbox.PageSizeDefault);
+	// only a batch queue uses it.
+	PageSize int
 	// PollInterval is Config.PollInterval (0: the engine default).
 	PollInterval time.Duration
 	// CompletionBatch is Config.CompletionBatch (0: the engine default).
@@ -242,7 +253,8 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 		}
 		c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
 			Queues: map[string]pgoutbox.QueueConfig{
-				cfg.Queue: {Concurrency: conc, ClaimBatch: batch, RowLockLease: cfg.RowLockLease, ClaimCooldown: cfg.ClaimCooldown},
+				cfg.Queue: {Concurrency: conc, ClaimBatch: batch, RowLockLease: cfg.RowLockLease, ClaimCooldown: cfg.ClaimCooldown,
+					Storage: cfg.Storage, PageSize: cfg.PageSize},
 			},
 			Types:           []pgoutbox.EffectType{{Name: cfg.Type, ReplaySafe: true, Handler: handler}},
 			PollInterval:    cfg.PollInterval,
@@ -256,6 +268,22 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 		r.clients = append(r.clients, c)
 	}
 	return r, nil
+}
+
+// RecordStorage records the queue's storage (PgoutboxConfig.Storage) in the
+// database now, as the Clients do when they start, so that the effects
+// enqueued before Start (a drain's backlog) go to that storage too: an
+// enqueue into a queue whose storage is not recorded writes rows, and those
+// a batch queue delivers from pgoutbox.effects, as exceptions. Without a
+// Storage it does nothing.
+func (r *Pgoutbox) RecordStorage(ctx context.Context, db *pgxpool.Pool) error {
+	if r.cfg.Storage == "" {
+		return nil
+	}
+	if err := store.SetStorage(ctx, db, []string{r.cfg.Queue}, []string{string(r.cfg.Storage)}); err != nil {
+		return fmt.Errorf("record the storage of queue %s: %w", r.cfg.Queue, err)
+	}
+	return nil
 }
 
 func (r *Pgoutbox) effect(seq int) pgoutbox.Effect {

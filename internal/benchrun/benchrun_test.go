@@ -3,9 +3,11 @@ package benchrun_test
 import (
 	"context"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/benchrun"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
@@ -53,6 +55,58 @@ func TestDrainCompletesEveryEffect(t *testing.T) {
 	}
 	if len(phases) != 2 || phases[0] != "insert" || phases[1] != "drain" {
 		t.Fatalf("progress phases %v", phases)
+	}
+}
+
+// TestDrainBatchStorage drains a backlog of a batch-storage queue: with the
+// storage recorded before the backlog is enqueued, every effect goes to
+// the stream, is delivered from its batches and writes no row of its own
+// in pgoutbox.effects; each is delivered once.
+func TestDrainBatchStorage(t *testing.T) {
+	pool, _ := pgtest.NewPool(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	deliveries := map[int64]int{}
+	r, err := benchrun.NewPgoutbox(pool, benchrun.PgoutboxConfig{
+		Queue: "bench-batch", Type: "bench.noop", Payload: map[string]string{"pad": "x"},
+		Concurrency: 5, Storage: pgoutbox.StorageBatch, PageSize: 40,
+		OnStart: func(id int64) {
+			mu.Lock()
+			deliveries[id]++
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RecordStorage(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	if _, err := benchrun.Drain(ctx, pool, pool, r, benchrun.DrainConfig{Effects: n, InsertBatch: 70, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Completed().Load(); got != n {
+		t.Fatalf("completed events %d, want %d", got, n)
+	}
+	var streamed, rows, open int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pgoutbox.stream WHERE queue = 'bench-batch'),
+		(SELECT count(*) FROM pgoutbox.effects WHERE queue = 'bench-batch'),
+		(SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'bench-batch' AND done_at IS NULL)`).Scan(&streamed, &rows, &open); err != nil {
+		t.Fatal(err)
+	}
+	if streamed != n || rows != 0 || open != 0 {
+		t.Fatalf("database: %d streamed, %d rows, %d open batches; want %d, 0, 0", streamed, rows, open, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deliveries) != n {
+		t.Fatalf("%d effects delivered, want %d", len(deliveries), n)
+	}
+	for id, k := range deliveries {
+		if k != 1 {
+			t.Fatalf("effect %d delivered %d times", id, k)
+		}
 	}
 }
 
