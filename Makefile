@@ -26,10 +26,10 @@ test-deps:
 test-short:
 	$(GO) test -count=1 -short $(PKGS)
 
-## bench: River, PgQ, pgoutbox and the SQL ceilings (lease modes, DELETE) side by side (bench/, ~25 min) on a PostgreSQL with
-## default settings under .pgoutbox-bench (stopped afterwards; DATABASE_URL: that server instead, which may CREATE DATABASE;
-## PgQ is installed from Debian's postgresql-NN-pgq3 when missing, skipped with a note when unavailable), then the NATS
-## relay benchmarks
+## bench: River, PgQ, pgoutbox (row-lock and durable leases, batch storage) and the SQL ceilings (lease modes, DELETE)
+## side by side (bench/, ~25 min) on a PostgreSQL with default settings under .pgoutbox-bench (stopped afterwards;
+## DATABASE_URL: that server instead, which may CREATE DATABASE; PgQ is installed from Debian's postgresql-NN-pgq3 when
+## missing, skipped with a note when unavailable), then the NATS relay benchmarks
 BENCH_PG ?= $(CURDIR)/.pgoutbox-bench
 bench: build
 	./scripts/test-deps bench

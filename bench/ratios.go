@@ -138,9 +138,12 @@ func readStatements(ctx context.Context, pool *pgxpool.Pool, n int, res result) 
 }
 
 // ceilingFor is the ceiling system of sys's lease mode among systems, or nil.
+// Batch storage has none: its lease is one row per batch, not per effect,
+// and a success writes nothing, so no row lifecycle is its limit; it is
+// measured against ceiling[delete] (see ratioNotes).
 func ceilingFor(sys system, systems []system) system {
 	p, ok := sys.(*pgSystem)
-	if !ok {
+	if !ok || p.batch() {
 		return nil
 	}
 	for _, s := range systems {
@@ -153,8 +156,8 @@ func ceilingFor(sys system, systems []system) system {
 
 // ratioPairs lists the headline ratios as {reference, system} pairs: every
 // system over the first (River by default); then every pgoutbox system over
-// PgQ, over the ceiling of its lease mode and over ceiling[delete], each
-// when it runs. A pair is listed once.
+// PgQ, over the ceiling of its lease mode (none for batch storage) and over
+// ceiling[delete], each when it runs. A pair is listed once.
 func ratioPairs(systems []system) [][2]system {
 	var pairs [][2]system
 	seen := map[[2]string]bool{}
@@ -202,6 +205,31 @@ func ratioPairs(systems []system) [][2]system {
 	return pairs
 }
 
+// ratioNotes explains the pairs ratioPairs leaves out: a batch-storage
+// pgoutbox has no lease-mode ceiling, only ceiling[delete] when it runs.
+func ratioNotes(systems []system) []string {
+	del := ""
+	for _, s := range systems {
+		if c, ok := s.(*ceilingSystem); ok && c.delete {
+			del = c.Name()
+			break
+		}
+	}
+	var notes []string
+	for _, s := range systems {
+		if p, ok := s.(*pgSystem); ok && p.batch() {
+			n := p.Name() + " has no ceiling of its own lease mode (a batch lease is one row per batch, and a success writes no row)"
+			if del != "" {
+				n += ": its ceiling ratio is to " + del
+			} else {
+				n += "; run ceiling[delete] for its ceiling ratio"
+			}
+			notes = append(notes, n+".")
+		}
+	}
+	return notes
+}
+
 // pairRatios is b/a round by round.
 func pairRatios(a, b []result, key string) []float64 {
 	var out []float64
@@ -247,6 +275,9 @@ func printRatios(w io.Writer, systems []system, results map[string]map[string][]
 	}
 	fmt.Fprintln(w)
 	writeMarkdown(w, rows)
+	for _, n := range ratioNotes(systems) {
+		fmt.Fprintln(w, n)
+	}
 }
 
 // stmtFigure is one statement's medians over the rounds.

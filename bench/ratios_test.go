@@ -37,12 +37,16 @@ func pairNames(pairs [][2]system) []string {
 }
 
 // The default systems give every pgoutbox mode its ratio to River, to PgQ,
-// to the ceiling of its own lease mode and to ceiling[delete], each once.
+// to the ceiling of its own lease mode and to ceiling[delete], each once;
+// batch storage, which has no lease-mode ceiling, to River, PgQ and
+// ceiling[delete], and the output says why.
 func TestRatioPairsDefaultSystems(t *testing.T) {
-	got := strings.Join(pairNames(ratioPairs(systemsFor(t, defaultSystems))), "\n")
+	sys := systemsFor(t, defaultSystems)
+	got := strings.Join(pairNames(ratioPairs(sys)), "\n")
 	want := strings.Join([]string{
 		"pgoutbox / River",
 		"pgoutbox[row-lock=off] / River",
+		"pgoutbox[storage=batch] / River",
 		"PgQ / River",
 		"ceiling[row-lock] / River",
 		"ceiling / River",
@@ -53,9 +57,42 @@ func TestRatioPairsDefaultSystems(t *testing.T) {
 		"pgoutbox[row-lock=off] / PgQ",
 		"pgoutbox[row-lock=off] / ceiling",
 		"pgoutbox[row-lock=off] / ceiling[delete]",
+		"pgoutbox[storage=batch] / PgQ",
+		"pgoutbox[storage=batch] / ceiling[delete]",
 	}, "\n")
 	if got != want {
 		t.Fatalf("ratio pairs:\n%s\nwant:\n%s", got, want)
+	}
+	notes := ratioNotes(sys)
+	if len(notes) != 1 || !strings.HasPrefix(notes[0], "pgoutbox[storage=batch] has no ceiling of its own lease mode") ||
+		!strings.HasSuffix(notes[0], "its ceiling ratio is to ceiling[delete].") {
+		t.Fatalf("ratio notes: %q", notes)
+	}
+	// The notes and the pairs are printed with the ratios.
+	results := map[string]map[string][]result{"drain": {}}
+	for _, s := range sys {
+		results["drain"][s.Name()] = []result{{"effects_per_s": 1000}}
+	}
+	var out bytes.Buffer
+	printRatios(&out, sys, results)
+	if !strings.Contains(out.String(), "| pgoutbox[storage=batch] / ceiling[delete] ") || !strings.Contains(out.String(), notes[0]+"\n") {
+		t.Fatalf("printRatios:\n%s", out.String())
+	}
+}
+
+// Without ceiling[delete], batch storage has no ceiling ratio at all, and
+// the note says what to run for one; a rows pgoutbox has no note.
+func TestRatioPairsBatchWithoutDeleteCeiling(t *testing.T) {
+	sys := systemsFor(t, "river,pgoutbox[storage=batch;page=500],ceiling[row-lock],pgoutbox[storage=rows]")
+	got := strings.Join(pairNames(ratioPairs(sys)), "; ")
+	want := "pgoutbox[storage=batch;page=500] / River; ceiling[row-lock] / River; pgoutbox[storage=rows] / River; " +
+		"pgoutbox[storage=rows] / ceiling[row-lock]"
+	if got != want {
+		t.Fatalf("ratio pairs: %s, want %s", got, want)
+	}
+	notes := ratioNotes(sys)
+	if len(notes) != 1 || !strings.HasSuffix(notes[0], "; run ceiling[delete] for its ceiling ratio.") {
+		t.Fatalf("ratio notes: %q", notes)
 	}
 }
 
