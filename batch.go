@@ -24,6 +24,21 @@ import (
 // move to pgoutbox.effects, where the queue's row claim loop (run beside)
 // delivers, retries, dead-letters and replays them as any other effect.
 
+// SetStorage records queue's storage in the database, as a Client whose
+// QueueConfig names one does when it starts: for a program that enqueues
+// before any such Client of the queue has started (until then its effects
+// go to the row storage, where a batch queue's Client still delivers
+// them). It changes nothing already enqueued.
+func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
+	if queue == "" || (s != StorageRows && s != StorageBatch) {
+		return fmt.Errorf("pgoutbox: SetStorage(%q, %q): want a queue and %q or %q", queue, s, StorageRows, StorageBatch)
+	}
+	if err := store.SetStorage(ctx, db, []string{queue}, []string{string(s)}); err != nil {
+		return fmt.Errorf("pgoutbox: record the storage of queue %q: %w", queue, err)
+	}
+	return nil
+}
+
 // recordStorage writes the storage of the queues that name one and reads
 // which of the client's queues use batch storage.
 func (c *Client) recordStorage(ctx context.Context) error {
@@ -402,6 +417,7 @@ func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain 
 		}
 	}
 }
+
 // runsFromBatch reports whether cl may be delivered from its batch: a
 // registered, replay-safe type with a plain handler, due now.
 func (q *queueWorker) runsFromBatch(cl store.Claimed) bool {

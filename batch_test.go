@@ -444,8 +444,11 @@ func TestBatchStorageTicksBySnapshot(t *testing.T) {
 // effect that kills its consumer is dead-lettered after max_attempts.
 func TestBatchStorageExpiredLease(t *testing.T) {
 	b := setup(t)
-	if err := store.SetStorage(b.ctx, b.pool, []string{"bq"}, []string{store.StorageBatch}); err != nil {
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "bq", pgoutbox.StorageBatch); err != nil {
 		t.Fatal(err)
+	}
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "bq", "lanes"); err == nil {
+		t.Error("SetStorage took an unknown storage")
 	}
 	ids := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "a"},
 		pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "b", MaxAttempts: 1})

@@ -85,7 +85,10 @@ func TestRequeuedLeaseReclaimedBySameClient(t *testing.T) {
 	calls.Add(1) // the stale delivery's handler
 	c := b.startClient(t, pgoutbox.Config{
 		LeaseDuration: time.Hour, PollInterval: 20 * time.Millisecond,
-		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, RowLockLease: pgoutbox.RowLockLeaseOff}},
+		// Row storage whatever the test matrix says: requeue-stale takes
+		// a durable lease row back.
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 2, RowLockLease: pgoutbox.RowLockLeaseOff,
+			Storage: pgoutbox.StorageRows}},
 		Types: []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
 			started <- ctx
 			if d.Attempt == 1 {

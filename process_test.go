@@ -110,6 +110,7 @@ func childMain() int {
 	default:
 		return 2
 	}
+	cfg.Queues = withTestStorage(cfg.Queues) // the test matrix reaches the children too
 	c, err := pgoutbox.NewClient(pool, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -122,7 +122,10 @@ func TestRowLockLostConnectionRedelivers(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	c := b.startClient(t, pgoutbox.Config{
 		PollInterval: 50 * time.Millisecond,
-		Queues:       map[string]pgoutbox.QueueConfig{"q": {Concurrency: 10, RowLockLease: 20 * time.Second}},
+		// Row storage whatever the test matrix says: the test kills a
+		// row-lock claim transaction.
+		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 10, RowLockLease: 20 * time.Second,
+			Storage: pgoutbox.StorageRows}},
 		Types: []pgoutbox.EffectType{{Name: "safe", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
 			if calls.Add(1) == 1 {
 				close(started)
