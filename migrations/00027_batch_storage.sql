@@ -160,16 +160,18 @@ $$;
 -- +goose StatementBegin
 -- effects_to_stream sends an INSERT into pgoutbox.effects of a new effect
 -- of a batch queue to the stream instead (the SQL API, the TypeScript
--- client, any other writer; the Go enqueue writes the stream directly).
--- Rows that settle_batch moves out of the stream, and any row that is not
--- a fresh available effect, stay.
+-- client, any other writer). Any row that is not a fresh available effect
+-- stays. The engine's own statements (the Go enqueue, which writes a batch
+-- queue's rows to the stream itself, and a page's settle moving effects
+-- out of it) say they routed their rows in pgoutbox.routed, which the
+-- trigger's WHEN reads, so they pay no PL/pgSQL call per row;
+-- effect_keys_insert, at the end of the statement, resets it.
 CREATE FUNCTION pgoutbox.effects_to_stream() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $$
 BEGIN
     IF NEW.state <> 'available' OR NEW.attempts <> 0
-       OR current_setting('pgoutbox.settling', true) = 'on'
        OR NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = NEW.queue AND s.storage = 'batch') THEN
         RETURN NEW;
     END IF;
@@ -189,7 +191,33 @@ END;
 $$;
 -- +goose StatementEnd
 CREATE TRIGGER effects_to_stream BEFORE INSERT ON pgoutbox.effects
-    FOR EACH ROW EXECUTE FUNCTION pgoutbox.effects_to_stream();
+    FOR EACH ROW WHEN (current_setting('pgoutbox.routed', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION pgoutbox.effects_to_stream();
+
+-- +goose StatementBegin
+-- effect_keys_insert (migration 00006), which also ends the statement's
+-- pgoutbox.routed.
+CREATE OR REPLACE FUNCTION pgoutbox.effect_keys_insert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('pgoutbox.routed', true) = 'on' THEN
+        PERFORM set_config('pgoutbox.routed', 'off', true);
+    END IF;
+    -- The library's enqueue statement writes its key rows itself, before
+    -- the effects, and says so in a transaction-local setting that lives
+    -- until this trigger, which fires at the end of that very statement.
+    IF current_setting('pgoutbox.keys_written', true) = 'on' THEN
+        PERFORM set_config('pgoutbox.keys_written', 'off', true);
+        RETURN NULL;
+    END IF;
+    -- Any other INSERT: every row gets its key row here, and a key already
+    -- taken raises unique_violation (effect_keys_pkey).
+    INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
+    SELECT n.queue, n.idempotency_key, n.id FROM new_effects n;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
 
 -- +goose StatementBegin
 -- notify_stream wakes the queue's consumers as notify_effects does for
@@ -333,6 +361,25 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION pgoutbox.effect_keys_insert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- The library's enqueue statement writes its key rows itself, before
+    -- the effects, and says so in a transaction-local setting that lives
+    -- until this trigger, which fires at the end of that very statement.
+    IF current_setting('pgoutbox.keys_written', true) = 'on' THEN
+        PERFORM set_config('pgoutbox.keys_written', 'off', true);
+        RETURN NULL;
+    END IF;
+    -- Any other INSERT: every row gets its key row here, and a key already
+    -- taken raises unique_violation (effect_keys_pkey).
+    INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
+    SELECT n.queue, n.idempotency_key, n.id FROM new_effects n;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
 DROP VIEW pgoutbox.effect_states;
 DROP FUNCTION pgoutbox.stream_maintain(interval, interval);
 DROP FUNCTION pgoutbox.stream_tick(text);

@@ -178,6 +178,9 @@ CREATE FUNCTION pgoutbox.effect_keys_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
+    IF current_setting('pgoutbox.routed', true) = 'on' THEN
+        PERFORM set_config('pgoutbox.routed', 'off', true);
+    END IF;
     -- The library's enqueue statement writes its key rows itself, before
     -- the effects, and says so in a transaction-local setting that lives
     -- until this trigger, which fires at the end of that very statement.
@@ -208,7 +211,6 @@ CREATE FUNCTION pgoutbox.effects_to_stream() RETURNS trigger
     AS $$
 BEGIN
     IF NEW.state <> 'available' OR NEW.attempts <> 0
-       OR current_setting('pgoutbox.settling', true) = 'on'
        OR NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = NEW.queue AND s.storage = 'batch') THEN
         RETURN NEW;
     END IF;
@@ -2027,7 +2029,7 @@ CREATE TRIGGER effects_ordered_notify AFTER UPDATE OF state ON pgoutbox.effects 
 
 CREATE TRIGGER effects_ordering_key_immutable BEFORE UPDATE OF ordering_key ON pgoutbox.effects FOR EACH ROW EXECUTE FUNCTION pgoutbox.ordering_key_immutable();
 
-CREATE TRIGGER effects_to_stream BEFORE INSERT ON pgoutbox.effects FOR EACH ROW EXECUTE FUNCTION pgoutbox.effects_to_stream();
+CREATE TRIGGER effects_to_stream BEFORE INSERT ON pgoutbox.effects FOR EACH ROW WHEN ((current_setting('pgoutbox.routed'::text, true) IS DISTINCT FROM 'on'::text)) EXECUTE FUNCTION pgoutbox.effects_to_stream();
 
 CREATE TRIGGER effects_unpark_next AFTER UPDATE OF state ON pgoutbox.effects FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.state = ANY (ARRAY['completed'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION pgoutbox.unpark_next();
 

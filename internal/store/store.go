@@ -147,8 +147,9 @@ const insertTailSQL = `, keyed AS (
     RETURNING effect_id
 ), marked AS (
     -- Tells the insert trigger (migration 00006) that this statement wrote
-    -- its key rows; the trigger resets it.
-    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+    -- its key rows, and effects_to_stream's WHEN (00027) that it routed
+    -- its rows itself; the insert trigger resets both.
+    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
 ), batched AS (
     SELECT s.queue FROM pgoutbox.queue_storage s
     WHERE s.storage = 'batch' AND s.queue IN (SELECT DISTINCT queue FROM input)

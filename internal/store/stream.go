@@ -217,14 +217,14 @@ WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL`
 
 // moveSQL writes the exceptions of a page into pgoutbox.effects under
 // their stream ids; their key rows exist already (the enqueue wrote them),
-// which the insert trigger is told. The failed attempts are recorded as
+// which the insert trigger is told, and effects_to_stream that they stay. The failed attempts are recorded as
 // the effects table's trigger records a failed attempt's update.
 const moveSQL = `
 WITH input AS (
     SELECT m.* FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::text[], $8::uuid[], $9::float8[])
         AS m(id, state, attempts, delay_s, error, token, lease_s)
 ), marked AS (
-    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m
+    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
 ), moved AS (
     INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, state, attempts, max_attempts,
         available_at, created_at, ordering_key, traceparent, last_error, dead_lettered_at, lease_token, lease_owner,
@@ -300,13 +300,7 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, through int64, las
 				tokens[i] = &u
 			}
 		}
-		if _, err := tx.Exec(ctx, `SELECT set_config('pgoutbox.settling', 'on', true)`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, moveSQL, ids, states, attempts, delays, errs, worker, b.Queue, tokens, leases); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT set_config('pgoutbox.settling', 'off', true)`)
+		_, err = tx.Exec(ctx, moveSQL, ids, states, attempts, delays, errs, worker, b.Queue, tokens, leases)
 		return err
 	})
 	if err != nil {
