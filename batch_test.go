@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -541,5 +542,51 @@ func TestBatchStorageSlowHandlerIsPromoted(t *testing.T) {
 	defer seen.mu.Unlock()
 	if got := seen.order["k"]; !slices.Equal(got, ids[:2]) {
 		t.Errorf("key k delivered in order %v, want %v", got, ids[:2])
+	}
+}
+
+// TestBatchStorageStatus: `status` (and the console and /metrics, which
+// read the same aggregate) counts a batch queue's stream effects still to
+// deliver, and forgets them once their batch is settled.
+func TestBatchStorageStatus(t *testing.T) {
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "bq", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	available := func() int64 {
+		t.Helper()
+		snap, err := ops.Status(b.ctx, b.pool, ops.StatusOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range snap.Queues {
+			if q.Queue == "bq" {
+				return q.Available + q.Leased
+			}
+		}
+		return 0
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "a"}, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "b"})
+	if n := available(); n != 2 {
+		t.Fatalf("status counts %d effects to deliver, want 2", n)
+	}
+	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
+		Handler: func(context.Context, *pgoutbox.Delivery) error { return nil }}))
+	w := watch(t, c)
+	b.waitEvent(t, w, ids[0], "completed")
+	b.waitEvent(t, w, ids[1], "completed")
+	b.waitFor(t, "the batch settled", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NULL`) == 0
+	})
+	if n := available(); n != 0 {
+		t.Errorf("status counts %d effects to deliver after the batch settled, want 0", n)
+	}
+	more := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "c"})[0]
+	b.waitEvent(t, w, more, "completed")
+	b.waitFor(t, "the second batch settled", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NULL`) == 0
+	})
+	if n := available(); n != 0 {
+		t.Errorf("status counts %d effects to deliver after the second batch, want 0", n)
 	}
 }

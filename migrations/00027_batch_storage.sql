@@ -121,9 +121,45 @@ CROSS JOIN LATERAL (
         ELSE 'available'
     END)::pgoutbox.effect_state AS state
 ) st
-WHERE NOT EXISTS (SELECT 1 FROM pgoutbox.effects m WHERE m.id = s.id);
+LEFT JOIN LATERAL (SELECT true AS moved FROM pgoutbox.effects m WHERE m.id = s.id LIMIT 1) mv ON true
+WHERE mv.moved IS NULL;
 COMMENT ON VIEW pgoutbox.effect_states IS
     'Every effect in either storage with its state (docs/batch-storage.md).';
+
+-- The stream effects still to deliver, per batch queue, for `status`, the
+-- console and /metrics (store.Stats): the rows committed after the queue's
+-- newest settled batch (its snapshot's xmax on, or in progress then: one
+-- range scan of stream_xid_idx and one probe per such xid), not moved to
+-- pgoutbox.effects, not settled by an open batch; leased while the batch
+-- that holds them is leased, else available.
+CREATE VIEW pgoutbox.stream_pending AS
+SELECT s.id, q.queue, s.effect_type, s.available_at, s.created_at,
+    (CASE WHEN b.lease_token IS NOT NULL AND b.lease_expires_at > now() THEN 'leased' ELSE 'available' END
+    )::pgoutbox.effect_state AS state
+FROM pgoutbox.queue_storage q
+LEFT JOIN LATERAL (
+    SELECT d.snap FROM pgoutbox.stream_batches d
+    WHERE d.queue = q.queue AND d.done_at IS NOT NULL ORDER BY d.id DESC LIMIT 1
+) last ON true
+CROSS JOIN LATERAL (
+    SELECT r.id, r.xid, r.effect_type, r.available_at, r.created_at FROM pgoutbox.stream r
+    WHERE r.queue = q.queue AND r.xid >= coalesce(pg_snapshot_xmax(last.snap), '1'::xid8)
+    UNION ALL
+    SELECT r.id, r.xid, r.effect_type, r.available_at, r.created_at FROM pgoutbox.stream r
+    WHERE last.snap IS NOT NULL AND r.queue = q.queue AND r.xid = ANY (ARRAY(SELECT pg_snapshot_xip(last.snap)))
+) s
+LEFT JOIN LATERAL (
+    SELECT o.lease_token, o.lease_expires_at, o.done_through FROM pgoutbox.stream_batches o
+    WHERE o.queue = q.queue AND o.done_at IS NULL AND pg_visible_in_snapshot(s.xid, o.snap)
+      AND (o.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, o.prev_snap))
+    ORDER BY o.id LIMIT 1
+) b ON true
+-- Moved out of the stream: one primary-key probe per row (a LIMIT keeps
+-- the planner from an anti-join over every retained effect).
+LEFT JOIN LATERAL (SELECT true AS moved FROM pgoutbox.effects m WHERE m.id = s.id LIMIT 1) mv ON true
+WHERE NOT coalesce(b.done_through >= s.id, false) AND mv.moved IS NULL;
+COMMENT ON VIEW pgoutbox.stream_pending IS
+    'Stream effects still to deliver, available or leased (docs/batch-storage.md).';
 
 -- +goose StatementBegin
 -- stream_gen is the generation a new stream row goes to. Under READ
@@ -380,6 +416,7 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
+DROP VIEW pgoutbox.stream_pending;
 DROP VIEW pgoutbox.effect_states;
 DROP FUNCTION pgoutbox.stream_maintain(interval, interval);
 DROP FUNCTION pgoutbox.stream_tick(text);

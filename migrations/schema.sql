@@ -1640,7 +1640,7 @@ UNION ALL
     NULL::text AS last_error,
     s.ordering_key,
     'batch'::text AS storage
-   FROM ((pgoutbox.stream s
+   FROM (((pgoutbox.stream s
      LEFT JOIN LATERAL ( SELECT b_1.queue,
             b_1.id,
             b_1.snap,
@@ -1664,9 +1664,11 @@ UNION ALL
                     WHEN ((b.lease_token IS NOT NULL) AND (b.lease_expires_at > now())) THEN 'leased'::text
                     ELSE 'available'::text
                 END)::pgoutbox.effect_state AS state) st)
-  WHERE (NOT (EXISTS ( SELECT 1
+     LEFT JOIN LATERAL ( SELECT true AS moved
            FROM pgoutbox.effects m
-          WHERE (m.id = s.id))));
+          WHERE (m.id = s.id)
+         LIMIT 1) mv ON (true))
+  WHERE (mv.moved IS NULL);
 
 COMMENT ON VIEW pgoutbox.effect_states IS 'Every effect in either storage with its state (docs/batch-storage.md).';
 
@@ -1869,6 +1871,53 @@ CREATE TABLE pgoutbox.stream_generations (
     CONSTRAINT stream_generations_gen_check CHECK (((gen >= 0) AND (gen <= 2))),
     CONSTRAINT stream_generations_state_check CHECK ((state = ANY (ARRAY['current'::text, 'closed'::text, 'empty'::text])))
 );
+
+CREATE VIEW pgoutbox.stream_pending AS
+ SELECT s.id,
+    q.queue,
+    s.effect_type,
+    s.available_at,
+    s.created_at,
+    (
+        CASE
+            WHEN ((b.lease_token IS NOT NULL) AND (b.lease_expires_at > now())) THEN 'leased'::text
+            ELSE 'available'::text
+        END)::pgoutbox.effect_state AS state
+   FROM ((((pgoutbox.queue_storage q
+     LEFT JOIN LATERAL ( SELECT d.snap
+           FROM pgoutbox.stream_batches d
+          WHERE ((d.queue = q.queue) AND (d.done_at IS NOT NULL))
+          ORDER BY d.id DESC
+         LIMIT 1) last ON (true))
+     CROSS JOIN LATERAL ( SELECT r.id,
+            r.xid,
+            r.effect_type,
+            r.available_at,
+            r.created_at
+           FROM pgoutbox.stream r
+          WHERE ((r.queue = q.queue) AND (r.xid >= COALESCE(pg_snapshot_xmax(last.snap), '1'::xid8)))
+        UNION ALL
+         SELECT r.id,
+            r.xid,
+            r.effect_type,
+            r.available_at,
+            r.created_at
+           FROM pgoutbox.stream r
+          WHERE ((last.snap IS NOT NULL) AND (r.queue = q.queue) AND (r.xid = ANY (ARRAY( SELECT pg_snapshot_xip(last.snap) AS pg_snapshot_xip))))) s)
+     LEFT JOIN LATERAL ( SELECT o.lease_token,
+            o.lease_expires_at,
+            o.done_through
+           FROM pgoutbox.stream_batches o
+          WHERE ((o.queue = q.queue) AND (o.done_at IS NULL) AND pg_visible_in_snapshot(s.xid, o.snap) AND ((o.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))
+          ORDER BY o.id
+         LIMIT 1) b ON (true))
+     LEFT JOIN LATERAL ( SELECT true AS moved
+           FROM pgoutbox.effects m
+          WHERE (m.id = s.id)
+         LIMIT 1) mv ON (true))
+  WHERE ((NOT COALESCE((b.done_through >= s.id), false)) AND (mv.moved IS NULL));
+
+COMMENT ON VIEW pgoutbox.stream_pending IS 'Stream effects still to deliver, available or leased (docs/batch-storage.md).';
 
 CREATE TABLE pgoutbox.work_grants (
     grantee name NOT NULL,

@@ -56,6 +56,10 @@ type StatsRow struct {
 // /metrics gauges. Each OR arm of the WHERE clause matches the predicate of
 // a partial index (claims, lease expiry, attention, completed_at), so the
 // cost follows the live backlog and the lag window, not the retained history.
+// Batch queues' stream effects still to deliver come from
+// pgoutbox.stream_pending, which reads only what committed after each
+// queue's newest settled batch; their completions are not counted (a
+// settled batch records no per-effect time).
 const statsSQL = `
 SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
     count(*),
@@ -67,12 +71,21 @@ SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
         FILTER (WHERE state = 'completed'),
     percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)::float8)
         FILTER (WHERE state = 'completed')
-FROM pgoutbox.effects
-WHERE (state = 'available'
-       OR state = 'leased'
-       OR state IN ('dead_letter', 'reconciliation_required')
-       OR (state = 'completed' AND completed_at >= now() - make_interval(secs => $4)))
-  AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
+FROM (
+    SELECT queue, effect_type, state, attempts, parked_due_at, available_at, leased_at, completed_at, created_at
+    FROM pgoutbox.effects
+    WHERE (state = 'available'
+           OR state = 'leased'
+           OR state IN ('dead_letter', 'reconciliation_required')
+           OR (state = 'completed' AND completed_at >= now() - make_interval(secs => $4)))
+      AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
+    UNION ALL
+    -- Batch storage's effects still to deliver (migration 00027).
+    SELECT queue, effect_type, state, 0, NULL::timestamptz, available_at, NULL::timestamptz, NULL::timestamptz,
+        created_at
+    FROM pgoutbox.stream_pending
+    WHERE ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
+) e
 GROUP BY GROUPING SETS ((queue, effect_type, state), (queue, state))
 ORDER BY queue, grouping(effect_type) DESC, effect_type, state`
 
