@@ -590,3 +590,23 @@ func TestBatchStorageStatus(t *testing.T) {
 		t.Errorf("status counts %d effects to deliver after the second batch, want 0", n)
 	}
 }
+
+// TestBatchStorageEffectDetail: the console's effect page finds an effect
+// that is still in the stream, with its state.
+func TestBatchStorageEffectDetail(t *testing.T) {
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "bq", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	id := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "a", Payload: map[string]int{"n": 1}})[0]
+	d, found, err := store.GetEffectDetail(b.ctx, b.pool, id)
+	if err != nil || !found {
+		t.Fatalf("detail of a stream effect: found %v, %v", found, err)
+	}
+	if d.Queue != "bq" || d.Type != "ok" || d.State != "available" || string(d.Payload) != `{"n": 1}` {
+		t.Errorf("detail: queue %q type %q state %q payload %s", d.Queue, d.Type, d.State, d.Payload)
+	}
+	if _, found, err := store.GetEffectDetail(b.ctx, b.pool, id+1000); err != nil || found {
+		t.Errorf("detail of no effect: found %v, %v", found, err)
+	}
+}

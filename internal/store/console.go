@@ -180,11 +180,28 @@ SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attem
     completed_at, dead_lettered_at, reconciliation_at, resolution, ordering_key
 FROM pgoutbox.effects WHERE id = $1`
 
-// GetEffectDetail loads one effect for the console; found=false when it
-// does not exist.
+// effectDetailStreamSQL is effectDetailSQL for an effect of batch storage
+// still in the stream (migration 00027), through pgoutbox.effect_states:
+// what a stream row records, and its state.
+const effectDetailStreamSQL = `
+SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
+    created_at, delivery_started_at, last_error, available_at, NULL::timestamptz, NULL::text, lease_expires_at,
+    completed_at, NULL::timestamptz, NULL::timestamptz, NULL::jsonb, ordering_key
+FROM pgoutbox.effect_states WHERE id = $1 AND storage = 'batch'`
+
+// GetEffectDetail loads one effect for the console, from either storage;
+// found=false when it does not exist.
 func GetEffectDetail(ctx context.Context, db DBTX, id int64) (EffectDetail, bool, error) {
+	d, found, err := getEffectDetail(ctx, db, effectDetailSQL, id)
+	if err != nil || found {
+		return d, found, err
+	}
+	return getEffectDetail(ctx, db, effectDetailStreamSQL, id)
+}
+
+func getEffectDetail(ctx context.Context, db DBTX, sql string, id int64) (EffectDetail, bool, error) {
 	var d EffectDetail
-	err := db.QueryRow(ctx, effectDetailSQL, id).Scan(&d.ID, &d.Queue, &d.Type, &d.Key, &d.State, &d.Attempts,
+	err := db.QueryRow(ctx, sql, id).Scan(&d.ID, &d.Queue, &d.Type, &d.Key, &d.State, &d.Attempts,
 		&d.MaxAttempts, &d.Payload, &d.CreatedAt, &d.DeliveryStartedAt, &d.LastError, &d.AvailableAt, &d.LeasedAt,
 		&d.LeaseOwner, &d.LeaseExpiresAt, &d.CompletedAt, &d.DeadLetteredAt, &d.ReconciliationAt, &d.Resolution,
 		&d.OrderingKey)
