@@ -79,22 +79,19 @@ func (q *queueWorker) runBatches(ctx context.Context) {
 	var lastActive time.Time
 	var retry claimRetry
 	for ctx.Err() == nil {
-		n, err := q.nextBatch(ctx)
-		if err != nil {
+		switch n, err := q.nextBatch(ctx); {
+		case err != nil:
 			if ctx.Err() != nil || !q.claimFailed(ctx, err, &retry) {
 				return
 			}
 			continue
-		}
-		q.claimSucceeded(&retry)
-		if n > 0 {
+		case n > 0:
+			q.claimSucceeded(&retry)
 			lastActive = time.Now()
 			continue
 		}
-		wait := q.c.cfg.PollInterval
-		if time.Since(lastActive) < activeTail {
-			wait = min(wait, activePollInterval)
-		}
+		q.claimSucceeded(&retry)
+		wait := q.activeWait(lastActive)
 		if !poll.Stop() {
 			select {
 			case <-poll.C:

@@ -75,6 +75,15 @@ func (q *queueWorker) scheduleDue(ctx context.Context) {
 	}
 }
 
+// activeWait is how long an idle loop waits before it claims again: the
+// poll interval, or activePollInterval for activeTail after lastActive.
+func (q *queueWorker) activeWait(lastActive time.Time) time.Duration {
+	if time.Since(lastActive) < activeTail {
+		return min(q.c.cfg.PollInterval, activePollInterval)
+	}
+	return q.c.cfg.PollInterval
+}
+
 // idle waits for a NOTIFY of the queue, the earliest noted due time or wait,
 // whichever comes first. woken reports a NOTIFY (or the listener's catch-up
 // wake); alive is false when ctx ended.

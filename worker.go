@@ -110,10 +110,7 @@ func (q *queueWorker) run(ctx context.Context) {
 		if n == want {
 			continue // a full batch: there may be more
 		}
-		wait := q.c.cfg.PollInterval
-		if time.Since(lastActive) < activeTail {
-			wait = min(wait, activePollInterval)
-		}
+		wait := q.activeWait(lastActive)
 		if wait > activePollInterval {
 			// About to idle: learn when the next retry or scheduled
 			// effect falls due. (A busy queue polls every

@@ -126,6 +126,23 @@ WHERE mv.moved IS NULL;
 COMMENT ON VIEW pgoutbox.effect_states IS
     'Every effect in either storage with its state (docs/batch-storage.md).';
 
+-- +goose StatementBegin
+-- stream_after is the stream rows of p_queue whose transaction had not
+-- committed in p_snap (NULL: every row): its xid is at or past p_snap's
+-- xmax, or was in progress then. One range scan of stream_xid_idx and one
+-- probe per xid in progress; rows not committed yet are not visible to
+-- the caller's snapshot either.
+CREATE FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) RETURNS SETOF pgoutbox.stream
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.* FROM pgoutbox.stream r
+    WHERE r.queue = p_queue AND r.xid >= coalesce(pg_snapshot_xmax(p_snap), '1'::xid8)
+    UNION ALL
+    SELECT r.* FROM pgoutbox.stream r
+    WHERE p_snap IS NOT NULL AND r.queue = p_queue AND r.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_snap)))
+$$;
+-- +goose StatementEnd
+
 -- The stream effects still to deliver, per batch queue, for `status`, the
 -- console and /metrics (store.Stats): the rows committed after the queue's
 -- newest settled batch (its snapshot's xmax on, or in progress then: one
@@ -141,13 +158,7 @@ LEFT JOIN LATERAL (
     SELECT d.snap FROM pgoutbox.stream_batches d
     WHERE d.queue = q.queue AND d.done_at IS NOT NULL ORDER BY d.id DESC LIMIT 1
 ) last ON true
-CROSS JOIN LATERAL (
-    SELECT r.id, r.xid, r.effect_type, r.available_at, r.created_at FROM pgoutbox.stream r
-    WHERE r.queue = q.queue AND r.xid >= coalesce(pg_snapshot_xmax(last.snap), '1'::xid8)
-    UNION ALL
-    SELECT r.id, r.xid, r.effect_type, r.available_at, r.created_at FROM pgoutbox.stream r
-    WHERE last.snap IS NOT NULL AND r.queue = q.queue AND r.xid = ANY (ARRAY(SELECT pg_snapshot_xip(last.snap)))
-) s
+CROSS JOIN LATERAL pgoutbox.stream_after(q.queue, last.snap) s
 LEFT JOIN LATERAL (
     SELECT o.lease_token, o.lease_expires_at, o.done_through FROM pgoutbox.stream_batches o
     WHERE o.queue = q.queue AND o.done_at IS NULL AND pg_visible_in_snapshot(s.xid, o.snap)
@@ -302,19 +313,12 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('pgoutbox.stream_tick.' || p_queue, 0));
     SELECT b.id, b.snap INTO v_last, v_prev FROM pgoutbox.stream_batches b
     WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;
-    v_snap := pg_current_snapshot();
+    SELECT pg_current_snapshot() INTO v_snap; -- a query: a fresh snapshot, taken after the lock
     -- A row is new when its transaction committed in v_snap and not in
     -- v_prev: its xid is at or past v_prev's xmax, or was in progress then.
     SELECT min(s.id), max(s.id), count(*) INTO v_min, v_max, v_count
-    FROM (
-        SELECT s.id FROM pgoutbox.stream s
-        WHERE s.queue = p_queue AND s.xid >= coalesce(pg_snapshot_xmax(v_prev), '1'::xid8)
-          AND s.xid < pg_snapshot_xmax(v_snap) AND pg_visible_in_snapshot(s.xid, v_snap)
-        UNION ALL
-        SELECT s.id FROM pgoutbox.stream s
-        WHERE v_prev IS NOT NULL AND s.queue = p_queue
-          AND s.xid = ANY (ARRAY(SELECT pg_snapshot_xip(v_prev))) AND pg_visible_in_snapshot(s.xid, v_snap)
-    ) s;
+    FROM pgoutbox.stream_after(p_queue, v_prev) s
+    WHERE pg_visible_in_snapshot(s.xid, v_snap);
     IF v_count = 0 THEN
         RETURN NULL;
     END IF;
@@ -417,6 +421,7 @@ END;
 $$;
 -- +goose StatementEnd
 DROP VIEW pgoutbox.stream_pending;
+DROP FUNCTION pgoutbox.stream_after(text, pg_snapshot);
 DROP VIEW pgoutbox.effect_states;
 DROP FUNCTION pgoutbox.stream_maintain(interval, interval);
 DROP FUNCTION pgoutbox.stream_tick(text);

@@ -1106,6 +1106,40 @@ BEGIN
 END;
 $$;
 
+CREATE TABLE pgoutbox.stream (
+    gen smallint NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    idempotency_key text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_attempts integer DEFAULT 8 NOT NULL,
+    available_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    ordering_key text,
+    traceparent text,
+    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
+    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
+    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
+    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
+    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
+)
+PARTITION BY LIST (gen);
+
+COMMENT ON TABLE pgoutbox.stream IS 'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
+
+CREATE FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) RETURNS SETOF pgoutbox.stream
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT r.* FROM pgoutbox.stream r
+    WHERE r.queue = p_queue AND r.xid >= coalesce(pg_snapshot_xmax(p_snap), '1'::xid8)
+    UNION ALL
+    SELECT r.* FROM pgoutbox.stream r
+    WHERE p_snap IS NOT NULL AND r.queue = p_queue AND r.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_snap)))
+$$;
+
 CREATE FUNCTION pgoutbox.stream_gen() RETURNS smallint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1207,19 +1241,12 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('pgoutbox.stream_tick.' || p_queue, 0));
     SELECT b.id, b.snap INTO v_last, v_prev FROM pgoutbox.stream_batches b
     WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;
-    v_snap := pg_current_snapshot();
+    SELECT pg_current_snapshot() INTO v_snap; -- a query: a fresh snapshot, taken after the lock
     -- A row is new when its transaction committed in v_snap and not in
     -- v_prev: its xid is at or past v_prev's xmax, or was in progress then.
     SELECT min(s.id), max(s.id), count(*) INTO v_min, v_max, v_count
-    FROM (
-        SELECT s.id FROM pgoutbox.stream s
-        WHERE s.queue = p_queue AND s.xid >= coalesce(pg_snapshot_xmax(v_prev), '1'::xid8)
-          AND s.xid < pg_snapshot_xmax(v_snap) AND pg_visible_in_snapshot(s.xid, v_snap)
-        UNION ALL
-        SELECT s.id FROM pgoutbox.stream s
-        WHERE v_prev IS NOT NULL AND s.queue = p_queue
-          AND s.xid = ANY (ARRAY(SELECT pg_snapshot_xip(v_prev))) AND pg_visible_in_snapshot(s.xid, v_snap)
-    ) s;
+    FROM pgoutbox.stream_after(p_queue, v_prev) s
+    WHERE pg_visible_in_snapshot(s.xid, v_snap);
     IF v_count = 0 THEN
         RETURN NULL;
     END IF;
@@ -1548,30 +1575,6 @@ CREATE TABLE pgoutbox.effects (
     CONSTRAINT effects_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
 
-CREATE TABLE pgoutbox.stream (
-    gen smallint NOT NULL,
-    id bigint NOT NULL,
-    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
-    queue text NOT NULL,
-    effect_type text NOT NULL,
-    idempotency_key text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    max_attempts integer DEFAULT 8 NOT NULL,
-    available_at timestamp with time zone DEFAULT now() NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    ordering_key text,
-    traceparent text,
-    CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
-    CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
-    CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
-    CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
-    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
-    CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
-)
-PARTITION BY LIST (gen);
-
-COMMENT ON TABLE pgoutbox.stream IS 'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
-
 CREATE TABLE pgoutbox.stream_batches (
     queue text NOT NULL,
     id bigint NOT NULL,
@@ -1889,21 +1892,7 @@ CREATE VIEW pgoutbox.stream_pending AS
           WHERE ((d.queue = q.queue) AND (d.done_at IS NOT NULL))
           ORDER BY d.id DESC
          LIMIT 1) last ON (true))
-     CROSS JOIN LATERAL ( SELECT r.id,
-            r.xid,
-            r.effect_type,
-            r.available_at,
-            r.created_at
-           FROM pgoutbox.stream r
-          WHERE ((r.queue = q.queue) AND (r.xid >= COALESCE(pg_snapshot_xmax(last.snap), '1'::xid8)))
-        UNION ALL
-         SELECT r.id,
-            r.xid,
-            r.effect_type,
-            r.available_at,
-            r.created_at
-           FROM pgoutbox.stream r
-          WHERE ((last.snap IS NOT NULL) AND (r.queue = q.queue) AND (r.xid = ANY (ARRAY( SELECT pg_snapshot_xip(last.snap) AS pg_snapshot_xip))))) s)
+     CROSS JOIN LATERAL pgoutbox.stream_after(q.queue, last.snap) s(gen, id, xid, queue, effect_type, idempotency_key, payload, max_attempts, available_at, created_at, ordering_key, traceparent))
      LEFT JOIN LATERAL ( SELECT o.lease_token,
             o.lease_expires_at,
             o.done_through
