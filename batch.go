@@ -399,6 +399,12 @@ func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain 
 			r.move = &m
 			blocked = blocked || r.cl.OrderingKey != ""
 		}
+		if !promoted {
+			// Its context hangs on the Client's work context until
+			// cancelled: a context per delivered effect grew the worker by
+			// about 1 KB an effect.
+			r.cancel(nil)
+		}
 		mu.Unlock()
 		if promoted {
 			<-settled
@@ -430,7 +436,12 @@ func (q *queueWorker) prepareRun(r *pageRun) {
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(r.cl.ClaimLatency.Seconds())
 	r.d, r.ran, r.start = newDelivery(r.cl), true, time.Now()
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
-	r.cancel = cancel
+	q.runContexts.Add(1)
+	var once sync.Once
+	r.cancel = func(cause error) {
+		cancel(cause)
+		once.Do(func() { q.runContexts.Add(-1) })
+	}
 	ctx = q.c.deliverySpan(ctx, r.d, r.cl.Traceparent)
 	t := q.c.types[r.cl.Type]
 	r.job = engine.JobOf(t, r.d, q.timeout(t))

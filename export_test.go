@@ -14,6 +14,16 @@ const (
 	ClaimRetryMax     = claimRetryMax
 )
 
+// BatchRunContexts counts, over the client's queues, the batch deliveries'
+// contexts not yet cancelled.
+func (c *Client) BatchRunContexts() int64 {
+	var n int64
+	for _, q := range c.queues {
+		n += q.runContexts.Load()
+	}
+	return n
+}
+
 // ExtendLeasesNow runs one pass of the client's lease extender now.
 func (c *Client) ExtendLeasesNow(ctx context.Context) { c.extendLeases(ctx) }
 

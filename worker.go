@@ -40,6 +40,9 @@ type queueWorker struct {
 	// batchWake.
 	batch     bool
 	batchWake chan struct{}
+	// runContexts counts the batch deliveries' contexts not yet cancelled
+	// (each hangs on the Client's work context until it is).
+	runContexts atomic.Int64
 }
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
