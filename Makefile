@@ -52,23 +52,23 @@ bench-curves: build
 		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/curves.json -svg ../docs/bench $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 
-## bench-flat: issue 32's "Flat": bench-backlog10m, then bench-xmin (about two hours on 2 cores)
+## bench-flat: issue 32's "Flat": bench-backlog10m, then bench-xmin (about three hours on 2 cores)
 bench-flat: bench-backlog10m bench-xmin
 
-## bench-backlog10m: drain at 100k and 10M effects pre-inserted, River and pgoutbox (row-lock; durable), the 10M / 100k
-## ratio printed; writes docs/bench/flat/backlog.json and its SVGs into docs/bench/flat (~60-90 min; ~30 GB of disk)
+## bench-backlog10m: drain at 100k and 10M effects pre-inserted, River and pgoutbox (row-lock; durable; batch storage), the
+## 10M / 100k ratio printed; writes docs/bench/flat/backlog.json and its SVGs into docs/bench/flat (~80-120 min; ~30 GB of disk)
 bench-backlog10m: build
 	./scripts/test-deps postgres
-	cd bench && $(GO) run . -curves -rounds 1 -timeout 90m -systems 'river,pgoutbox,pgoutbox[row-lock=off]' \
+	cd bench && $(GO) run . -curves -rounds 1 -timeout 90m -systems 'river,pgoutbox,pgoutbox[row-lock=off],pgoutbox[storage=batch]' \
 		-curve-backlogs 100000,10000000 -curve-payloads 300 -curve-procs 1 \
 		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/flat/backlog.json -svg ../docs/bench/flat $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 
 ## bench-xmin: producers at 50 % of capacity through a 5-minute clean phase, a 10-minute held XID and the recovery,
-## River and pgoutbox (row-lock; durable); writes docs/bench/flat/xmin.json and xmin.svg (~60 min)
+## River and pgoutbox (row-lock; durable; batch storage); writes docs/bench/flat/xmin.json and xmin.svg (~80 min)
 bench-xmin: build
 	./scripts/test-deps postgres
-	cd bench && $(GO) run . -xmin -systems 'river,pgoutbox,pgoutbox[row-lock=off]' \
+	cd bench && $(GO) run . -xmin -systems 'river,pgoutbox,pgoutbox[row-lock=off],pgoutbox[storage=batch]' \
 		$(if $(DATABASE_URL),,-local $(BENCH_PG)) -json ../docs/bench/flat/xmin.json -svg ../docs/bench/flat $(BENCHFLAGS)
 	$(if $(DATABASE_URL),,./bin/pgoutbox --data-dir $(BENCH_PG) embedded stop)
 
