@@ -145,13 +145,14 @@ $$;
 
 -- The stream effects still to deliver, per batch queue, for `status`, the
 -- console and /metrics (store.Stats): the rows committed after the queue's
--- newest settled batch (its snapshot's xmax on, or in progress then: one
--- range scan of stream_xid_idx and one probe per such xid), not moved to
--- pgoutbox.effects, not settled by an open batch; leased while the batch
--- that holds them is leased, else available.
+-- newest settled batch (stream_after), less those an open batch settled
+-- already; leased while the open batch that holds them is leased, else
+-- available. An effect moved to pgoutbox.effects was moved by the settle
+-- that passed it, so it is not among them. Per row, a test against the
+-- queue's few open batches, no probe.
 CREATE VIEW pgoutbox.stream_pending AS
 SELECT s.id, q.queue, s.effect_type, s.available_at, s.created_at,
-    (CASE WHEN b.lease_token IS NOT NULL AND b.lease_expires_at > now() THEN 'leased' ELSE 'available' END
+    (CASE WHEN o.lease_token IS NOT NULL AND o.lease_expires_at > now() THEN 'leased' ELSE 'available' END
     )::pgoutbox.effect_state AS state
 FROM pgoutbox.queue_storage q
 LEFT JOIN LATERAL (
@@ -159,16 +160,11 @@ LEFT JOIN LATERAL (
     WHERE d.queue = q.queue AND d.done_at IS NOT NULL ORDER BY d.id DESC LIMIT 1
 ) last ON true
 CROSS JOIN LATERAL pgoutbox.stream_after(q.queue, last.snap) s
-LEFT JOIN LATERAL (
-    SELECT o.lease_token, o.lease_expires_at, o.done_through FROM pgoutbox.stream_batches o
-    WHERE o.queue = q.queue AND o.done_at IS NULL AND pg_visible_in_snapshot(s.xid, o.snap)
-      AND (o.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, o.prev_snap))
-    ORDER BY o.id LIMIT 1
-) b ON true
--- Moved out of the stream: one primary-key probe per row (a LIMIT keeps
--- the planner from an anti-join over every retained effect).
-LEFT JOIN LATERAL (SELECT true AS moved FROM pgoutbox.effects m WHERE m.id = s.id LIMIT 1) mv ON true
-WHERE NOT coalesce(b.done_through >= s.id, false) AND mv.moved IS NULL;
+LEFT JOIN pgoutbox.stream_batches o
+    ON o.queue = q.queue AND o.done_at IS NULL AND s.id BETWEEN o.min_id AND o.max_id
+   AND pg_visible_in_snapshot(s.xid, o.snap)
+   AND (o.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, o.prev_snap))
+WHERE NOT coalesce(o.done_through >= s.id, false);
 COMMENT ON VIEW pgoutbox.stream_pending IS
     'Stream effects still to deliver, available or leased (docs/batch-storage.md).';
 
@@ -268,7 +264,14 @@ $$;
 
 -- +goose StatementBegin
 -- notify_stream wakes the queue's consumers as notify_effects does for
--- pgoutbox.effects (the same limiter, migration 00005).
+-- pgoutbox.effects (the same limiter, migration 00005). effects_to_stream
+-- inserts one row per statement, so this fires once per effect of a
+-- multi-row INSERT into pgoutbox.effects: it writes the backend's
+-- notify_pending row only when the transaction last named another queue
+-- there (pgoutbox.stream_notified). Rewriting one row once per effect in a
+-- transaction made each rewrite walk the row's versions so far: 300,000
+-- effects in one INSERT through the trigger had not finished after 17
+-- minutes.
 CREATE FUNCTION pgoutbox.notify_stream() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -277,8 +280,11 @@ DECLARE
     q text;
 BEGIN
     FOR q IN SELECT DISTINCT n.queue FROM new_rows n LOOP
-        INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
-        ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
+        IF current_setting('pgoutbox.stream_notified', true) IS DISTINCT FROM q THEN
+            INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
+            ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
+            PERFORM set_config('pgoutbox.stream_notified', q, true);
+        END IF;
     END LOOP;
     RETURN NULL;
 END;

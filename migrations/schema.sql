@@ -925,8 +925,11 @@ DECLARE
     q text;
 BEGIN
     FOR q IN SELECT DISTINCT n.queue FROM new_rows n LOOP
-        INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
-        ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
+        IF current_setting('pgoutbox.stream_notified', true) IS DISTINCT FROM q THEN
+            INSERT INTO pgoutbox.notify_pending AS p (pid, queue) VALUES (pg_backend_pid(), q)
+            ON CONFLICT (pid) DO UPDATE SET queue = excluded.queue;
+            PERFORM set_config('pgoutbox.stream_notified', q, true);
+        END IF;
     END LOOP;
     RETURN NULL;
 END;
@@ -1883,28 +1886,18 @@ CREATE VIEW pgoutbox.stream_pending AS
     s.created_at,
     (
         CASE
-            WHEN ((b.lease_token IS NOT NULL) AND (b.lease_expires_at > now())) THEN 'leased'::text
+            WHEN ((o.lease_token IS NOT NULL) AND (o.lease_expires_at > now())) THEN 'leased'::text
             ELSE 'available'::text
         END)::pgoutbox.effect_state AS state
-   FROM ((((pgoutbox.queue_storage q
+   FROM (((pgoutbox.queue_storage q
      LEFT JOIN LATERAL ( SELECT d.snap
            FROM pgoutbox.stream_batches d
           WHERE ((d.queue = q.queue) AND (d.done_at IS NOT NULL))
           ORDER BY d.id DESC
          LIMIT 1) last ON (true))
      CROSS JOIN LATERAL pgoutbox.stream_after(q.queue, last.snap) s(gen, id, xid, queue, effect_type, idempotency_key, payload, max_attempts, available_at, created_at, ordering_key, traceparent))
-     LEFT JOIN LATERAL ( SELECT o.lease_token,
-            o.lease_expires_at,
-            o.done_through
-           FROM pgoutbox.stream_batches o
-          WHERE ((o.queue = q.queue) AND (o.done_at IS NULL) AND pg_visible_in_snapshot(s.xid, o.snap) AND ((o.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))
-          ORDER BY o.id
-         LIMIT 1) b ON (true))
-     LEFT JOIN LATERAL ( SELECT true AS moved
-           FROM pgoutbox.effects m
-          WHERE (m.id = s.id)
-         LIMIT 1) mv ON (true))
-  WHERE ((NOT COALESCE((b.done_through >= s.id), false)) AND (mv.moved IS NULL));
+     LEFT JOIN pgoutbox.stream_batches o ON (((o.queue = q.queue) AND (o.done_at IS NULL) AND ((s.id >= o.min_id) AND (s.id <= o.max_id)) AND pg_visible_in_snapshot(s.xid, o.snap) AND ((o.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))))
+  WHERE (NOT COALESCE((o.done_through >= s.id), false));
 
 COMMENT ON VIEW pgoutbox.stream_pending IS 'Stream effects still to deliver, available or leased (docs/batch-storage.md).';
 
