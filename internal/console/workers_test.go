@@ -231,6 +231,12 @@ func TestWorkersPageLiveWorkersElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop(context.WithoutCancel(w.ctx)) })
+	// The heartbeat writes the worker's row in its own goroutine after
+	// Start returns: wait for the row, not for luck (under load the report
+	// ran first: 'live workers []').
+	pgtest.WaitFor(t, w.ctx, "the worker's first heartbeat", func() bool {
+		return pgtest.Scalar(t, w.ctx, w.pool, `SELECT count(*) FROM pgoutbox.workers WHERE id = 'elsewhere-1'`) == 1
+	})
 	rep := w.report(t)
 	q := queueOf(rep, projection.Queue)
 	if q == nil || q.LiveWorkers != 1 || q.Served || len(rep.LiveWorkers) != 1 || rep.LiveWorkers[0].ID != "elsewhere-1" {
