@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -42,8 +41,9 @@ func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
 // recordStorage writes the storage of the queues that name one and reads
 // which of the client's queues use batch storage.
 func (c *Client) recordStorage(ctx context.Context) error {
+	names := slices.Sorted(maps.Keys(c.queues))
 	var queues, storages []string
-	for _, name := range slices.Sorted(maps.Keys(c.queues)) {
+	for _, name := range names {
 		if s := c.queues[name].cfg.Storage; s != "" {
 			queues, storages = append(queues, name), append(storages, string(s))
 		}
@@ -53,19 +53,12 @@ func (c *Client) recordStorage(ctx context.Context) error {
 			return fmt.Errorf("pgoutbox: record the queues' storage: %w", err)
 		}
 	}
-	rows, err := c.pool.Query(ctx, `SELECT queue FROM pgoutbox.queue_storage WHERE storage = 'batch'`)
+	batch, err := store.BatchQueues(ctx, c.pool, names)
 	if err != nil {
 		return fmt.Errorf("pgoutbox: read the queues' storage: %w", err)
 	}
-	var name string
-	_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
-		if q, ok := c.queues[name]; ok {
-			q.batch = true
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("pgoutbox: read the queues' storage: %w", err)
+	for name, q := range c.queues {
+		q.batch = batch[name]
 	}
 	return nil
 }
@@ -203,6 +196,20 @@ type pageRun struct {
 	promote *store.Move // set when the page was settled while it ran
 }
 
+// unrun moves r's effect to pgoutbox.effects without running it.
+func (r *pageRun) unrun() { r.move = &store.Move{Effect: r.cl, State: string(StateAvailable)} }
+
+// pageState is what a page's chains share; mu guards it and every run.
+type pageState struct {
+	mu    sync.Mutex
+	runs  []pageRun
+	held  map[string]bool // ordering keys held in pgoutbox.effects
+	cut   bool            // the page was settled: start nothing more
+	found bool            // the settle matched the lease (read after settled)
+	// settled is closed once the page's settle has returned.
+	settled chan struct{}
+}
+
 // deliverPage delivers one page of b and settles it through through (last:
 // the batch is done). Effects that must not run from a batch, and those
 // behind a held ordering key, move to pgoutbox.effects unrun; the others
@@ -215,13 +222,6 @@ type pageRun struct {
 // promoted delivery completes or fails in pgoutbox.effects under its own
 // lease. found is false when the lease was lost.
 func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []store.Claimed, through int64, last bool) (bool, error) {
-	var keys []string
-	for _, cl := range page {
-		if cl.OrderingKey != "" {
-			keys = append(keys, cl.OrderingKey)
-		}
-	}
-	held := map[string]bool{}
 	if b.Relet {
 		// The batch's former holder let its lease expire unsettled: it may
 		// have died delivering one of these. Each moves to the row storage
@@ -243,10 +243,17 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		defer cancel()
 		return store.Settle(sctx, q.c.pool, b, through, last, moves, q.c.cfg.ID, nil, nil)
 	}
+	p := &pageState{runs: make([]pageRun, len(page)), held: map[string]bool{}, settled: make(chan struct{})}
+	var keys []string
+	for _, cl := range page {
+		if cl.OrderingKey != "" {
+			keys = append(keys, cl.OrderingKey)
+		}
+	}
 	if len(keys) > 0 {
 		hctx, cancel := finishCtx(ctx)
 		var err error
-		held, err = store.HeldKeys(hctx, q.c.pool, q.name, keys)
+		p.held, err = store.HeldKeys(hctx, q.c.pool, q.name, keys)
 		cancel()
 		if err != nil {
 			return false, err
@@ -254,7 +261,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 	}
 	// Chains: one per ordering key (its effects in id order), one per
 	// unordered effect.
-	runs := make([]pageRun, len(page))
+	runs := p.runs
 	var chains [][]int
 	byKey := map[string]int{}
 	for i, cl := range page {
@@ -271,11 +278,6 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		}
 		chains[c] = append(chains[c], i)
 	}
-	var mu sync.Mutex
-	cut := false // the page was settled: start nothing more
-	settled := make(chan struct{})
-	var settleFound bool
-	unrun := func(r *pageRun) { r.move = &store.Move{Effect: r.cl, State: string(StateAvailable)} }
 	slots := make(chan struct{}, q.cfg.Concurrency)
 	var wg sync.WaitGroup
 	allDone := make(chan struct{})
@@ -283,7 +285,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		for _, chain := range chains {
 			select {
 			case slots <- struct{}{}:
-			case <-settled:
+			case <-p.settled:
 				// Cut: the rest of the chains were moved unrun.
 				wg.Wait()
 				close(allDone)
@@ -293,7 +295,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 			q.c.life.AddDelivery()
 			go func() {
 				defer func() { <-slots; wg.Done(); q.c.life.DeliveryDone() }()
-				q.runChain(&mu, &cut, runs, chain, held, unrun, settled, &settleFound)
+				q.runChain(p, chain)
 			}()
 		}
 		wg.Wait()
@@ -308,8 +310,8 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 
 	// The cut: what ran has its outcome, what runs is promoted, what did
 	// not start moves unrun.
-	mu.Lock()
-	cut = true
+	p.mu.Lock()
+	p.cut = true
 	var moves []store.Move
 	var done []store.Completion
 	var promoted []*pageRun
@@ -317,7 +319,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		r := &runs[i]
 		switch {
 		case !r.ran && r.move == nil:
-			unrun(r)
+			r.unrun()
 			moves = append(moves, *r.move)
 		case r.ran && !r.done:
 			m := store.Move{Effect: r.cl, State: string(StateLeased), Attempts: 1, Token: uuid.New(),
@@ -333,7 +335,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 			}
 		}
 	}
-	mu.Unlock()
+	p.mu.Unlock()
 
 	sctx, cancel := finishCtx(ctx)
 	defer cancel()
@@ -346,9 +348,9 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 			transitionFailed[cl.ID] = err
 			return q.failedMove(cl, engine.Retry(fmt.Errorf("completion transition: %w", err)))
 		})
-	mu.Lock()
-	settleFound = found && err == nil
-	if settleFound {
+	p.mu.Lock()
+	p.found = found && err == nil
+	if p.found {
 		// The promoted deliveries' leases exist now: extend them with the
 		// Client's other leases.
 		for _, r := range promoted {
@@ -357,38 +359,37 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 			}
 		}
 	}
-	mu.Unlock()
-	close(settled)
+	p.mu.Unlock()
+	close(p.settled)
 	q.reportPage(runs, found, err, transitionFailed)
 	return found, err
 }
 
-// runChain runs one chain of a page (its effects in order) until it ends
+// runChain runs one chain of a page p (its effects in order) until it ends
 // or the page is cut; a promoted delivery is finished in the row storage
 // once the page is settled.
-func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain []int, held map[string]bool,
-	unrun func(*pageRun), settled <-chan struct{}, settleFound *bool) {
-	blocked := held[runs[chain[0]].cl.OrderingKey]
+func (q *queueWorker) runChain(p *pageState, chain []int) {
+	blocked := p.held[p.runs[chain[0]].cl.OrderingKey]
 	for _, i := range chain {
-		r := &runs[i]
-		mu.Lock()
-		if *cut {
-			mu.Unlock()
+		r := &p.runs[i]
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
 			return
 		}
 		if blocked || !q.runsFromBatch(r.cl) {
-			unrun(r)
+			r.unrun()
 			blocked = r.cl.OrderingKey != ""
-			mu.Unlock()
+			p.mu.Unlock()
 			continue
 		}
 		q.prepareRun(r)
-		mu.Unlock()
+		p.mu.Unlock()
 		// Counted in the queue's deliveries in flight, which the row claim
 		// loop (the exceptions) leaves room for.
 		q.inflight.Add(1)
 		herr := q.deliverer.Handle(r.runCtx, r.job)
-		mu.Lock()
+		p.mu.Lock()
 		r.done, r.err = true, herr
 		promoted := r.promote != nil
 		if !promoted && herr != nil {
@@ -405,12 +406,12 @@ func (q *queueWorker) runChain(mu *sync.Mutex, cut *bool, runs []pageRun, chain 
 			// about 1 KB an effect.
 			r.cancel(nil)
 		}
-		mu.Unlock()
+		p.mu.Unlock()
 		if promoted {
-			<-settled
-			mu.Lock()
-			found := *settleFound
-			mu.Unlock()
+			<-p.settled
+			p.mu.Lock()
+			found := p.found
+			p.mu.Unlock()
 			q.finishPromoted(r, herr, found)
 		}
 		q.inflight.Add(-1)

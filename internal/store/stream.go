@@ -35,6 +35,24 @@ func SetStorage(ctx context.Context, db DBTX, queues, storages []string) error {
 	return MapError(err)
 }
 
+const batchQueuesSQL = `
+SELECT queue FROM pgoutbox.queue_storage WHERE storage = 'batch' AND queue = ANY($1::text[])`
+
+// BatchQueues returns which of queues use batch storage.
+func BatchQueues(ctx context.Context, db DBTX, queues []string) (map[string]bool, error) {
+	rows, err := db.Query(ctx, batchQueuesSQL, queues)
+	if err != nil {
+		return nil, MapError(err)
+	}
+	out := map[string]bool{}
+	var q string
+	_, err = pgx.ForEachRow(rows, []any{&q}, func() error {
+		out[q] = true
+		return nil
+	})
+	return out, MapError(err)
+}
+
 // Batch is a leased batch of a queue's stream.
 type Batch struct {
 	Queue       string
