@@ -90,6 +90,8 @@ func (b *bundle) claimAs(t *testing.T, role, queue string, n int) ([]sqlLease, e
 func TestSQLWorkerNeedsAGrant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.sqlWorkerQueue(t, "w")
+	b.sqlWorkerQueue(t, "other")
 	ids := b.enqueue(t,
 		pgoutbox.Effect{Queue: "w", Type: "t", Key: "k1"},
 		pgoutbox.Effect{Queue: "w", Type: "t", Key: "k2"},
@@ -175,6 +177,7 @@ func TestSQLWorkerNeedsAGrant(t *testing.T) {
 func TestSQLWorkerBoundsAndFences(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.sqlWorkerQueue(t, "w")
 	ids := b.enqueue(t, pgoutbox.Effect{Queue: "w", Type: "t", Key: "k1"})
 	role := b.workerRole(t, "pgoutbox_worker_bounds")
 	if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.grant_work($1, 'w')`, role); err != nil {
@@ -268,6 +271,7 @@ func TestSQLWorkerBoundsAndFences(t *testing.T) {
 func TestSQLWorkerRecoversExpiredLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.sqlWorkerQueue(t, "w")
 	ids := b.enqueue(t,
 		pgoutbox.Effect{Queue: "w", Type: "unsafe", Key: "k1"},
 		pgoutbox.Effect{Queue: "w", Type: "safe", Key: "k2"},
@@ -402,6 +406,7 @@ func TestAnyLanguageWorkersExample(t *testing.T) {
 func TestSQLWorkerKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.sqlWorkerQueue(t, "w")
 	ids := b.enqueue(t,
 		pgoutbox.Effect{Queue: "w", Type: "t", Key: "a1", OrderingKey: "a"},
 		pgoutbox.Effect{Queue: "w", Type: "t", Key: "a2", OrderingKey: "a"},
@@ -435,6 +440,7 @@ func TestSQLWorkerKeepsKeyOrder(t *testing.T) {
 func TestSQLWorkerHonoursAPause(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.sqlWorkerQueue(t, "w")
 	b.enqueue(t, pgoutbox.Effect{Queue: "w", Type: "safe", Key: "p1"})
 	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.queue_pauses (queue, paused_by, reason) VALUES ('w', 'test', 'maintenance')`); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ BEGIN
         'must be between 1 and 1000');
     PERFORM pgoutbox.work_refuse_bound(claim.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
         'must be between 1 second and 1 day');
+    PERFORM pgoutbox.stream_to_rows(claim.queue, claim.max_effects);
     RETURN QUERY
     SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
         c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, ''), nullif(c.r_traceparent, '')
@@ -366,6 +367,17 @@ CREATE FUNCTION pgoutbox.enqueue_caller() RETURNS name
 $$;
 
 CREATE FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[], p_traceparents text[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM set_config('pgoutbox.routed', 'off', true), set_config('pgoutbox.stream_notified', '', true);
+    RETURN pgoutbox.enqueue_rows_routed(p_queues, p_types, p_keys, p_payloads, p_max_attempts, p_available_at,
+        p_delays, p_ordering_keys, p_traceparents);
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.enqueue_rows_routed(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[], p_traceparents text[]) RETURNS bigint[]
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -1259,6 +1271,77 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.stream_to_rows(p_queue text, p_max integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    b       pgoutbox.stream_batches;
+    v_n     integer;
+    v_last  bigint;
+    v_moved integer := 0;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = p_queue AND s.storage = 'batch')
+       AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = p_queue AND x.done_at IS NULL) THEN
+        RETURN 0;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = p_queue) THEN
+        RETURN 0;
+    END IF;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        PERFORM pgoutbox.stream_tick(p_queue);
+    END IF;
+    -- Batch after batch, oldest first, until p_max effects moved.
+    WHILE v_moved < p_max LOOP
+        SELECT x.* INTO b FROM pgoutbox.stream_batches x
+        WHERE x.queue = p_queue AND x.done_at IS NULL
+          AND x.id = (SELECT min(y.id) FROM pgoutbox.stream_batches y WHERE y.queue = p_queue AND y.done_at IS NULL)
+          AND (x.lease_token IS NULL OR x.lease_expires_at < now())
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            EXIT;
+        END IF;
+        WITH page AS (
+            SELECT s.* FROM pgoutbox.stream s
+            WHERE s.queue = p_queue AND s.id > b.done_through AND s.id <= b.max_id
+              AND pg_visible_in_snapshot(s.xid, b.snap)
+              AND (b.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, b.prev_snap))
+            ORDER BY s.id
+            LIMIT p_max - v_moved
+        ), marked AS (
+            SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
+        ), moved AS (
+            INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
+                created_at, ordering_key, traceparent)
+            OVERRIDING SYSTEM VALUE
+            SELECT p.id, p.queue, p.effect_type, p.idempotency_key, p.payload, p.max_attempts, p.available_at,
+                p.created_at, p.ordering_key, p.traceparent
+            FROM page p CROSS JOIN marked
+            ORDER BY p.id
+            RETURNING id
+        )
+        SELECT count(*), max(m.id) INTO v_n, v_last FROM moved m;
+        IF v_n = 0 THEN
+            -- effect_keys_insert did not fire: clear the markers here.
+            PERFORM set_config('pgoutbox.keys_written', 'off', true), set_config('pgoutbox.routed', 'off', true);
+        END IF;
+        v_moved := v_moved + v_n;
+        IF v_moved < p_max OR v_last = b.max_id THEN
+            -- The batch's last page: it is done.
+            UPDATE pgoutbox.stream_batches x
+            SET done_through = x.max_id, done_at = now(), lease_token = NULL, lease_owner = NULL,
+                lease_expires_at = NULL
+            WHERE x.queue = p_queue AND x.id = b.id;
+        ELSE
+            UPDATE pgoutbox.stream_batches x
+            SET done_through = v_last, lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL
+            WHERE x.queue = p_queue AND x.id = b.id;
+        END IF;
+    END LOOP;
+    RETURN v_moved;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.unpark_next() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -2087,6 +2170,8 @@ GRANT ALL ON FUNCTION pgoutbox.enqueue_batch(effects json) TO pgoutbox_enqueuer;
 
 REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[], p_traceparents text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows_routed(p_queues text[], p_types text[], p_keys text[], p_payloads json[], p_max_attempts integer[], p_available_at timestamp with time zone[], p_delays interval[], p_ordering_keys text[], p_traceparents text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) TO pgoutbox_worker;
 
@@ -2114,6 +2199,8 @@ REVOKE ALL ON FUNCTION pgoutbox.retry_backoff(attempt integer, cap_seconds doubl
 REVOKE ALL ON FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effect_type text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.revoke_work(role_name text, queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_to_rows(p_queue text, p_max integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) FROM PUBLIC;
 

@@ -1,0 +1,183 @@
+package pgoutbox_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
+)
+
+// sqlWorkerQueue records queue's storage from the storage test matrix
+// (PGOUTBOX_TEST_STORAGE), as a Client of it would: the SQL worker tests
+// start no Client, so without it they would test the row storage only.
+func (b *bundle) sqlWorkerQueue(t *testing.T, queue string) {
+	t.Helper()
+	if s := withTestStorage(map[string]pgoutbox.QueueConfig{queue: {}})[queue].Storage; s != "" {
+		if err := pgoutbox.SetStorage(b.ctx, b.pool, queue, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBatchStorageSQLWorker: the SQL API's workers (pgoutbox.claim, so the
+// TypeScript Worker too) deliver a batch queue. Each claim moves the next
+// page of the queue's oldest open batch into rows and claims them: every
+// effect, enqueued through the SQL API in two batches, is claimed once,
+// one ordering key's in id order across the batches, and nothing is left
+// to deliver. While a consumer holds the oldest batch's lease, a claim
+// moves nothing out of it; once that lease has expired, it takes the
+// batch over.
+func TestBatchStorageSQLWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sw", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(round int) []int64 {
+		t.Helper()
+		var ids []int64
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			for i := range 6 {
+				okey := []string{"a", "b", ""}[i%3]
+				var id int64
+				if err := tx.QueryRow(b.ctx, `SELECT pgoutbox.enqueue('sw', 't', $1, ordering_key => nullif($2, ''))`,
+					fmt.Sprintf("r%d-%d", round, i), okey).Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	want := enqueue(1)
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE queue = 'sw'`); n != 6 {
+		t.Fatalf("%d stream rows after the SQL enqueue, want 6", n)
+	}
+
+	// A consumer holds the first batch: a claim moves nothing out of it.
+	if _, err := store.Tick(b.ctx, b.pool, "sw"); err != nil {
+		t.Fatal(err)
+	}
+	held, ok, err := store.ClaimBatch(b.ctx, b.pool, "sw", "go-consumer", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("lease the first batch: %v, %v", ok, err)
+	}
+	if leases, err := b.claimAs(t, "", "sw", 10); err != nil || len(leases) != 0 {
+		t.Fatalf("claim beside a held batch lease: %v, %v; want nothing", leases, err)
+	}
+	// Its lease expires: the next claim takes the batch over.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.stream_batches SET lease_expires_at = now() - interval '1 second'
+		WHERE queue = 'sw' AND id = $1`, held.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	delivered := map[int64]int{}
+	order := map[string][]int64{}
+	okeys := map[int64]string{}
+	for i, id := range want {
+		okeys[id] = []string{"a", "b", ""}[i%3]
+	}
+	for round := 0; ; round++ {
+		if round == 1 {
+			more := enqueue(2)
+			want = append(want, more...)
+			for i, id := range more {
+				okeys[id] = []string{"a", "b", ""}[i%3]
+			}
+		}
+		if round > 50 {
+			t.Fatalf("no end after 50 claims; delivered %v", delivered)
+		}
+		leases, err := b.claimAs(t, "", "sw", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leases) > 2 {
+			t.Fatalf("claim of 2 returned %d", len(leases))
+		}
+		for _, l := range leases {
+			delivered[l.ID]++
+			if k := okeys[l.ID]; k != "" {
+				order[k] = append(order[k], l.ID)
+			}
+			var done bool
+			if err := b.pool.QueryRow(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, l.ID, l.Token, l.Type).Scan(&done); err != nil || !done {
+				t.Fatalf("complete %d: %v, %v", l.ID, done, err)
+			}
+		}
+		if len(leases) == 0 && round > 1 {
+			break
+		}
+	}
+	for _, id := range want {
+		if delivered[id] != 1 {
+			t.Errorf("effect %d claimed %d times, want once", id, delivered[id])
+		}
+	}
+	if len(delivered) != len(want) {
+		t.Errorf("%d effects claimed, want %d", len(delivered), len(want))
+	}
+	for k, ids := range order {
+		if !slices.IsSorted(ids) {
+			t.Errorf("key %s claimed in order %v", k, ids)
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_pending WHERE queue = 'sw'`); n != 0 {
+		t.Errorf("%d stream effects still to deliver", n)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE queue = 'sw' AND state <> 'completed'`); n != 0 {
+		t.Errorf("%d effects of the queue not completed", n)
+	}
+	// The former holder's settle is fenced out.
+	if found, err := store.Settle(b.ctx, b.pool, held, held.MaxID, true, nil, "go-consumer", nil, nil); err != nil || found {
+		t.Errorf("the former holder's settle: found %v, %v; want nothing written", found, err)
+	}
+}
+
+// TestBatchStorageRoutedIsNotTrusted: a role that may only enqueue sets
+// pgoutbox.routed, the engine's own marker for "the rows were routed to the
+// stream already", before enqueueing into a batch queue: its effect still
+// goes to the stream, not around it, so it cannot overtake an earlier
+// effect of its ordering key.
+func TestBatchStorageRoutedIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "rq", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	role := b.tempRole(t, "pgoutbox_enq_routed")
+	b.grantEnqueue(t, role, "rq", "")
+	var single, batched int64
+	err := b.asRole(role, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `SET LOCAL pgoutbox.routed = 'on'`); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(b.ctx, `SELECT pgoutbox.enqueue('rq', 't', 'k1', ordering_key => 'o')`).Scan(&single); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(b.ctx, `SET LOCAL pgoutbox.routed = 'on'`); err != nil {
+			return err
+		}
+		return tx.QueryRow(b.ctx, `SELECT id FROM pgoutbox.enqueue_batch('[{"queue":"rq","effect_type":"t","idempotency_key":"k2","ordering_key":"o"}]')`).Scan(&batched)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{single, batched} {
+		if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1`, id); n != 0 {
+			t.Errorf("effect %d went around the stream into pgoutbox.effects", id)
+		}
+		if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE id = $1`, id); n != 1 {
+			t.Errorf("effect %d: %d stream rows, want 1", id, n)
+		}
+	}
+}
