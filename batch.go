@@ -7,9 +7,11 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -153,11 +155,28 @@ func (q *queueWorker) deliverBatch(ctx context.Context, b store.Batch) (int, err
 		}
 	}()
 	var total int
-	after := b.DoneThrough
+	// The next page is read while this one is delivered: reading is
+	// PostgreSQL's work, delivering the Client's.
+	type read struct {
+		page []store.Claimed
+		err  error
+	}
+	readPage := func(after int64) <-chan read {
+		out := make(chan read, 1)
+		go func() {
+			pctx, pcancel := finishCtx(work)
+			defer pcancel()
+			page, err := store.Page(pctx, q.c.pool, b, after, q.cfg.PageSize)
+			out <- read{page, err}
+		}()
+		return out
+	}
+	next := readPage(b.DoneThrough)
+	pool := &chainPool{q: q, tasks: make(chan chainTask)}
+	defer pool.close()
 	for {
-		pctx, pcancel := finishCtx(work)
-		page, err := store.Page(pctx, q.c.pool, b, after, q.cfg.PageSize)
-		pcancel()
+		r := <-next
+		page, err := r.page, r.err
 		if err != nil {
 			return total, err
 		}
@@ -165,14 +184,18 @@ func (q *queueWorker) deliverBatch(ctx context.Context, b store.Batch) (int, err
 		through := b.MaxID
 		if !last {
 			through = page[len(page)-1].ID
+			next = readPage(through)
 		}
-		found, err := q.deliverPage(work, b, page, through, last)
+		found, err := q.deliverPage(work, pool, b, page, through, last)
 		total += len(page)
 		if err != nil || !found || last {
+			if !last {
+				<-next // its connection back to the pool before the batch ends
+			}
 			return total, err
 		}
-		after = through
 		if ctx.Err() != nil {
+			<-next
 			rctx, rcancel := finishCtx(work)
 			defer rcancel()
 			return total, store.ReleaseBatch(rctx, q.c.pool, b)
@@ -210,6 +233,63 @@ type pageState struct {
 	settled chan struct{}
 }
 
+// chainPool runs the chains of a batch's pages on an elastic pool of
+// workers that lives as long as the batch: a chain goes to an idle worker
+// when there is one, else to a new worker, up to Concurrency, else waits
+// for one. Fast handlers keep a few workers busy; slow ones get up to
+// Concurrency. A goroutine per chain, each growing its stack and
+// contending for its page's mutex, cost more than the handlers of a page
+// of no-op deliveries.
+type chainPool struct {
+	q       *queueWorker
+	tasks   chan chainTask
+	workers atomic.Int64 // started
+}
+
+// chainTask is a chain of page p to run; done is told when it ended.
+type chainTask struct {
+	p     *pageState
+	chain []int
+	done  *sync.WaitGroup
+}
+
+func (c *chainPool) work(t chainTask) {
+	for ok := true; ok; t, ok = <-c.tasks {
+		c.q.runChain(t.p, t.chain)
+		t.done.Done()
+		c.q.c.life.DeliveryDone()
+	}
+}
+
+// run hands t to a worker; false: the page was settled (cut) before one
+// was free, and t was not run.
+func (c *chainPool) run(t chainTask) bool {
+	t.done.Add(1)
+	c.q.c.life.AddDelivery()
+	select {
+	case c.tasks <- t:
+		return true
+	default:
+	}
+	if c.workers.Add(1) <= int64(c.q.cfg.Concurrency) {
+		go c.work(t)
+		return true
+	}
+	c.workers.Add(-1)
+	select {
+	case c.tasks <- t:
+		return true
+	case <-t.p.settled:
+		t.done.Done()
+		c.q.c.life.DeliveryDone()
+		return false
+	}
+}
+
+// close lets the idle workers end; the busy ones end after their chain.
+// No page may be dispatching any more.
+func (c *chainPool) close() { close(c.tasks) }
+
 // deliverPage delivers one page of b and settles it through through (last:
 // the batch is done). Effects that must not run from a batch, and those
 // behind a held ordering key, move to pgoutbox.effects unrun; the others
@@ -221,7 +301,8 @@ type pageState struct {
 // a slow handler holds its batch, and the queue, for PageHold at most. A
 // promoted delivery completes or fails in pgoutbox.effects under its own
 // lease. found is false when the lease was lost.
-func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []store.Claimed, through int64, last bool) (bool, error) {
+func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.Batch, page []store.Claimed, through int64,
+	last bool) (bool, error) {
 	if b.Relet {
 		// The batch's former holder let its lease expire unsettled: it may
 		// have died delivering one of these. Each moves to the row storage
@@ -278,29 +359,28 @@ func (q *queueWorker) deliverPage(ctx context.Context, b store.Batch, page []sto
 		}
 		chains[c] = append(chains[c], i)
 	}
-	slots := make(chan struct{}, q.cfg.Concurrency)
 	var wg sync.WaitGroup
-	allDone := make(chan struct{})
+	dispatched, allDone := make(chan struct{}), make(chan struct{})
 	go func() {
-		for _, chain := range chains {
-			select {
-			case slots <- struct{}{}:
-			case <-p.settled:
-				// Cut: the rest of the chains were moved unrun.
-				wg.Wait()
-				close(allDone)
-				return
+		defer close(allDone)
+		func() {
+			defer close(dispatched)
+			for _, chain := range chains {
+				select {
+				case <-p.settled:
+					return // cut: the rest of the chains were moved unrun
+				default:
+				}
+				if !pool.run(chainTask{p: p, chain: chain, done: &wg}) {
+					return
+				}
 			}
-			wg.Add(1)
-			q.c.life.AddDelivery()
-			go func() {
-				defer func() { <-slots; wg.Done(); q.c.life.DeliveryDone() }()
-				q.runChain(p, chain)
-			}()
-		}
+		}()
 		wg.Wait()
-		close(allDone)
 	}()
+	// The pool outlives the page: no chain of it may be handed out after
+	// the page returns.
+	defer func() { <-dispatched }()
 	hold := time.NewTimer(q.cfg.PageHold)
 	defer hold.Stop()
 	select {
@@ -433,8 +513,8 @@ func (q *queueWorker) runsFromBatch(cl store.Claimed) bool {
 // span, its job fenced by the durable lease it gets if it is promoted, and
 // its own context, which a lost promoted lease cancels.
 func (q *queueWorker) prepareRun(r *pageRun) {
-	q.c.m.claimed.WithLabelValues(q.name).Inc()
-	q.c.m.claimLatency.WithLabelValues(q.name).Observe(r.cl.ClaimLatency.Seconds())
+	q.claimed.Inc()
+	q.claimLatency.Observe(r.cl.ClaimLatency.Seconds())
 	r.d, r.ran, r.start = newDelivery(r.cl), true, time.Now()
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
 	q.runContexts.Add(1)
@@ -480,6 +560,11 @@ func (q *queueWorker) failedMove(cl store.Claimed, herr error) store.Move {
 
 // reportPage turns a settled page into metrics, logs and events.
 func (q *queueWorker) reportPage(runs []pageRun, found bool, err error, transitionFailed map[int64]error) {
+	type successMetrics struct {
+		delivered prometheus.Counter
+		lag       prometheus.Observer
+	}
+	success := map[string]successMetrics{} // by effect type, looked up once a page
 	for i := range runs {
 		r := &runs[i]
 		if !r.ran || (r.promote != nil && found && err == nil) {
@@ -494,8 +579,14 @@ func (q *queueWorker) reportPage(runs []pageRun, found bool, err error, transiti
 		case !found:
 			q.lostUnlogged(d)
 		case r.move == nil && transitionFailed[d.ID] == nil:
-			q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeSuccess)).Inc()
-			q.c.m.lag.WithLabelValues(d.Queue, d.Type).Observe((r.cl.ClaimLatency + time.Since(r.start)).Seconds())
+			m, ok := success[d.Type]
+			if !ok {
+				m = successMetrics{q.c.m.deliveries.WithLabelValues(d.Queue, d.Type, string(OutcomeSuccess)),
+					q.c.m.lag.WithLabelValues(d.Queue, d.Type)}
+				success[d.Type] = m
+			}
+			m.delivered.Inc()
+			m.lag.Observe((r.cl.ClaimLatency + time.Since(r.start)).Seconds())
 			q.event(d, OutcomeSuccess, StateCompleted, nil)
 		default:
 			herr := r.err

@@ -181,3 +181,60 @@ func TestBatchStorageRoutedIsNotTrusted(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchStoragePageReadsOnlyItsPage: reading a page of a large batch
+// reads about a page of rows, wherever the page is in the batch, with the
+// stream's statistics unknown (its partitions are filled and truncated,
+// seldom analyzed). A plan that reads the batch's remaining rows and sorts
+// them makes draining a batch of N effects cost N^2/(2 x page) row reads.
+func TestBatchStoragePageReadsOnlyItsPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "big", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key)
+		SELECT 'big', 't', 'k' || g FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Tick(b.ctx, b.pool, "big"); err != nil {
+		t.Fatal(err)
+	}
+	bt, ok, err := store.ClaimBatch(b.ctx, b.pool, "big", "me", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// Rows read from the stream's partitions, as this session's statistics
+	// count them once flushed.
+	read := func() int64 {
+		t.Helper()
+		if _, err := conn.Exec(b.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := conn.QueryRow(b.ctx, `SELECT pg_stat_clear_snapshot() IS NULL`).Scan(new(bool)); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(b.ctx, `SELECT coalesce(sum(coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)), 0)::bigint
+			FROM pg_stat_user_tables WHERE schemaname = 'pgoutbox' AND relname LIKE 'stream\_%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := read()
+	page, err := store.Page(b.ctx, conn, bt, bt.MinID+10000, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 100 {
+		t.Fatalf("page of %d effects, want 100", len(page))
+	}
+	if n := read() - before; n > 300 {
+		t.Errorf("a 100-effect page in the middle of a 20,000-effect batch read %d stream rows, want at most 300", n)
+	}
+}

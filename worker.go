@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
@@ -43,6 +44,10 @@ type queueWorker struct {
 	// runContexts counts the batch deliveries' contexts not yet cancelled
 	// (each hangs on the Client's work context until it is).
 	runContexts atomic.Int64
+	// claimed and claimLatency are the queue's children of the Client's
+	// metrics, looked up once: a batch page counts a thousand effects.
+	claimed      prometheus.Counter
+	claimLatency prometheus.Observer
 }
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
@@ -53,6 +58,9 @@ func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 		rearm: make(chan struct{}, 1),
 
 		batchWake: make(chan struct{}, 1),
+
+		claimed:      c.m.claimed.WithLabelValues(name),
+		claimLatency: c.m.claimLatency.WithLabelValues(name),
 	}
 	q.deliverer = engine.Deliverer{
 		Pool: c.pool, BackoffCap: c.cfg.BackoffCap, Shutdown: errShutdown,

@@ -16,6 +16,13 @@
 --    delivered, retried and dead-lettered by the row code, as the Go
 --    Client's exceptions are; the SQL and TypeScript workers write a row
 --    per effect, as in row storage, and keep every guarantee.
+-- 3. A batch's page is read by stream_page, whose plan walks the id index
+--    in order and stops at the page's end. The stream's partitions are
+--    seldom analyzed (they are filled and truncated, never vacuumed), and
+--    with their statistics unknown the planner read every remaining row of
+--    the batch for each page and sorted them: a 50,000-effect batch cost
+--    33 us per effect in its page reads (20.7 ms a page, 1.8 ms now), and
+--    a batch of N effects N^2/2000 row reads.
 
 ALTER FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[], interval[], text[],
     text[]) RENAME TO enqueue_rows_routed;
@@ -39,6 +46,31 @@ $$;
 -- +goose StatementEnd
 REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[], interval[],
     text[], text[]) FROM PUBLIC;
+
+-- +goose StatementBegin
+-- stream_page is the next page of a batch: the rows of p_queue after
+-- p_after, through p_max_id, committed in p_snap and not in p_prev (the
+-- previous batch's snapshot; NULL: none), in id order, at most p_limit.
+-- Its settings leave the planner one plan whatever the statistics say:
+-- each partition's id index, read in order, merged, stopped at p_limit.
+-- The rows of other queues between the batch's ids are read and skipped;
+-- a batch's ids span what every queue enqueued while it was open.
+CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot,
+    p_prev pg_snapshot, p_limit integer) RETURNS SETOF pgoutbox.stream
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_bitmapscan = off
+    SET enable_seqscan = off
+    SET enable_sort = off
+    AS $$
+    SELECT s.* FROM pgoutbox.stream s
+    WHERE s.queue = p_queue AND s.id > p_after AND s.id <= p_max_id
+      AND pg_visible_in_snapshot(s.xid, p_snap)
+      AND (p_prev IS NULL OR NOT pg_visible_in_snapshot(s.xid, p_prev))
+    ORDER BY s.id
+    LIMIT p_limit
+$$;
+-- +goose StatementEnd
 
 -- +goose StatementBegin
 -- stream_to_rows moves up to p_max effects of p_queue's oldest open batch
@@ -84,12 +116,7 @@ BEGIN
             EXIT;
         END IF;
         WITH page AS (
-            SELECT s.* FROM pgoutbox.stream s
-            WHERE s.queue = p_queue AND s.id > b.done_through AND s.id <= b.max_id
-              AND pg_visible_in_snapshot(s.xid, b.snap)
-              AND (b.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, b.prev_snap))
-            ORDER BY s.id
-            LIMIT p_max - v_moved
+            SELECT * FROM pgoutbox.stream_page(p_queue, b.done_through, b.max_id, b.snap, b.prev_snap, p_max - v_moved)
         ), marked AS (
             SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
         ), moved AS (
@@ -182,6 +209,7 @@ END;
 $$;
 -- +goose StatementEnd
 DROP FUNCTION pgoutbox.stream_to_rows(text, integer);
+DROP FUNCTION pgoutbox.stream_page(text, bigint, bigint, pg_snapshot, pg_snapshot, integer);
 DROP FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[], interval[], text[],
     text[]);
 ALTER FUNCTION pgoutbox.enqueue_rows_routed(text[], text[], text[], json[], integer[], timestamptz[], interval[],

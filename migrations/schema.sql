@@ -1237,6 +1237,21 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer) RETURNS SETOF pgoutbox.stream
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+    SELECT s.* FROM pgoutbox.stream s
+    WHERE s.queue = p_queue AND s.id > p_after AND s.id <= p_max_id
+      AND pg_visible_in_snapshot(s.xid, p_snap)
+      AND (p_prev IS NULL OR NOT pg_visible_in_snapshot(s.xid, p_prev))
+    ORDER BY s.id
+    LIMIT p_limit
+$$;
+
 CREATE FUNCTION pgoutbox.stream_tick(p_queue text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1302,12 +1317,7 @@ BEGIN
             EXIT;
         END IF;
         WITH page AS (
-            SELECT s.* FROM pgoutbox.stream s
-            WHERE s.queue = p_queue AND s.id > b.done_through AND s.id <= b.max_id
-              AND pg_visible_in_snapshot(s.xid, b.snap)
-              AND (b.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, b.prev_snap))
-            ORDER BY s.id
-            LIMIT p_max - v_moved
+            SELECT * FROM pgoutbox.stream_page(p_queue, b.done_through, b.max_id, b.snap, b.prev_snap, p_max - v_moved)
         ), marked AS (
             SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
         ), moved AS (

@@ -141,20 +141,15 @@ func ReleaseBatch(ctx context.Context, db DBTX, b Batch) error {
 	return MapError(err)
 }
 
-// pageSQL reads the next page of a batch: its rows after the settled
-// position, in id order, through the id index between the batch's
-// first and last ids, keeping those committed in its snapshot and not in
-// the previous one. $1 queue, $2 after, $3 max id, $4 snap, $5 previous
-// snap, $6 limit.
+// pageSQL reads the next page of a batch (pgoutbox.stream_page, migration
+// 00028): its rows after the settled position, in id order, through the
+// id index between the batch's first and last ids, keeping those
+// committed in its snapshot and not in the previous one. $1 queue, $2
+// after, $3 max id, $4 snap, $5 previous snap, $6 limit.
 const pageSQL = `
 SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, s.max_attempts, s.created_at,
     extract(epoch FROM now() - s.available_at)::float8, coalesce(s.ordering_key, ''), coalesce(s.traceparent, '')
-FROM pgoutbox.stream s
-WHERE s.queue = $1 AND s.id > $2 AND s.id <= $3
-  AND pg_visible_in_snapshot(s.xid, $4::pg_snapshot)
-  AND ($5::pg_snapshot IS NULL OR NOT pg_visible_in_snapshot(s.xid, $5::pg_snapshot))
-ORDER BY s.id
-LIMIT $6`
+FROM pgoutbox.stream_page($1, $2, $3, $4::pg_snapshot, $5::pg_snapshot, $6) s`
 
 // Page reads up to limit effects of b after id after, in id order, as
 // first attempts (Claimed.Token is b's token; ClaimLatency is negative for
