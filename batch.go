@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -322,7 +323,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.
 		}
 		sctx, cancel := finishCtx(ctx)
 		defer cancel()
-		return store.Settle(sctx, q.c.pool, b, through, last, moves, q.c.cfg.ID, nil, nil)
+		return store.Settle(sctx, q.c.pool, b, q.c.cfg.ID, store.PageSettle{Through: through, Last: last, Moves: moves}, nil)
 	}
 	p := &pageState{runs: make([]pageRun, len(page)), held: map[string]bool{}, settled: make(chan struct{})}
 	var keys []string
@@ -415,12 +416,14 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.
 			}
 		}
 	}
+	completed := pageCompletions(runs, time.Now())
 	p.mu.Unlock()
 
 	sctx, cancel := finishCtx(ctx)
 	defer cancel()
 	var transitionFailed map[int64]error
-	found, err := store.Settle(sctx, q.c.pool, b, through, last, moves, q.c.cfg.ID, done,
+	found, err := store.Settle(sctx, q.c.pool, b, q.c.cfg.ID,
+		store.PageSettle{Through: through, Last: last, Moves: moves, Done: done, Completed: completed},
 		func(cl store.Claimed, err error) store.Move {
 			if transitionFailed == nil {
 				transitionFailed = map[int64]error{}
@@ -443,6 +446,28 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.
 	close(p.settled)
 	q.reportPage(runs, found, err, transitionFailed)
 	return found, err
+}
+
+// pageCompletions counts the effects of runs delivered from the batch
+// (ran, returned, no move, not promoted), per type, with the median and
+// 99th percentile of their lag from creation to now, the page's settle:
+// what `status` shows of a batch queue's completions.
+func pageCompletions(runs []pageRun, now time.Time) []store.PageCompleted {
+	lags := map[string][]float64{}
+	for i := range runs {
+		r := &runs[i]
+		if r.ran && r.done && r.move == nil && r.promote == nil {
+			lags[r.cl.Type] = append(lags[r.cl.Type], now.Sub(r.cl.CreatedAt).Seconds())
+		}
+	}
+	out := make([]store.PageCompleted, 0, len(lags))
+	for _, typ := range slices.Sorted(maps.Keys(lags)) {
+		l := lags[typ]
+		slices.Sort(l)
+		rank := func(q float64) float64 { return l[int(math.Ceil(q*float64(len(l))))-1] }
+		out = append(out, store.PageCompleted{Type: typ, Count: int64(len(l)), LagP50: rank(0.5), LagP99: rank(0.99)})
+	}
+	return out
 }
 
 // runChain runs one chain of a page p (its effects in order) until it ends

@@ -138,7 +138,7 @@ func TestBatchStorageSQLWorker(t *testing.T) {
 		t.Errorf("%d effects of the queue not completed", n)
 	}
 	// The former holder's settle is fenced out.
-	if found, err := store.Settle(b.ctx, b.pool, held, held.MaxID, true, nil, "go-consumer", nil, nil); err != nil || found {
+	if found, err := store.Settle(b.ctx, b.pool, held, "go-consumer", store.PageSettle{Through: held.MaxID, Last: true}, nil); err != nil || found {
 		t.Errorf("the former holder's settle: found %v, %v; want nothing written", found, err)
 	}
 }

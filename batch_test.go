@@ -300,7 +300,7 @@ func TestBatchStorageFencedSettle(t *testing.T) {
 		t.Fatalf("re-lease: %v, %v (tokens %v, %v)", ok, err, fresh.Token, stale.Token)
 	}
 	moves := []store.Move{{Effect: page[0], State: "dead_letter", Attempts: 1, Error: "stale"}}
-	found, err := store.Settle(b.ctx, b.pool, stale, stale.MaxID, true, moves, "stale", nil, nil)
+	found, err := store.Settle(b.ctx, b.pool, stale, "stale", store.PageSettle{Through: stale.MaxID, Last: true, Moves: moves}, nil)
 	if err != nil || found {
 		t.Fatalf("stale settle: found %v, %v; want not found", found, err)
 	}
@@ -310,7 +310,7 @@ func TestBatchStorageFencedSettle(t *testing.T) {
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NOT NULL OR done_through >= $1`, ids[0]); n != 0 {
 		t.Errorf("the stale settle advanced the batch")
 	}
-	found, err = store.Settle(b.ctx, b.pool, fresh, fresh.MaxID, true, moves, "fresh", nil, nil)
+	found, err = store.Settle(b.ctx, b.pool, fresh, "fresh", store.PageSettle{Through: fresh.MaxID, Last: true, Moves: moves}, nil)
 	if err != nil || !found {
 		t.Fatalf("fresh settle: found %v, %v", found, err)
 	}
@@ -414,7 +414,7 @@ func TestBatchStorageTicksBySnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if found, err := store.Settle(b.ctx, b.pool, bt, bt.MaxID, true, nil, "me", nil, nil); err != nil || !found {
+		if found, err := store.Settle(b.ctx, b.pool, bt, "me", store.PageSettle{Through: bt.MaxID, Last: true}, nil); err != nil || !found {
 			t.Fatalf("settle: %v, %v", found, err)
 		}
 		var ids []int64
@@ -558,7 +558,7 @@ func TestBatchStorageStatus(t *testing.T) {
 	if err := pgoutbox.SetStorage(b.ctx, b.pool, "bq", pgoutbox.StorageBatch); err != nil {
 		t.Fatal(err)
 	}
-	available := func() int64 {
+	queue := func() ops.Counts {
 		t.Helper()
 		snap, err := ops.Status(b.ctx, b.pool, ops.StatusOptions{})
 		if err != nil {
@@ -566,14 +566,15 @@ func TestBatchStorageStatus(t *testing.T) {
 		}
 		for _, q := range snap.Queues {
 			if q.Queue == "bq" {
-				return q.Available + q.Leased
+				return q
 			}
 		}
-		return 0
+		return ops.Counts{}
 	}
 	ids := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "a"}, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "b"})
-	if n := available(); n != 2 {
-		t.Fatalf("status counts %d effects to deliver, want 2", n)
+	if q := queue(); q.Available+q.Leased != 2 || q.CompletedRecent != 0 {
+		t.Fatalf("status counts %d effects to deliver and %d completed, want 2 and 0", q.Available+q.Leased,
+			q.CompletedRecent)
 	}
 	c := b.startClient(t, batchCfg("bq", pgoutbox.EffectType{Name: "ok", ReplaySafe: true,
 		Handler: func(context.Context, *pgoutbox.Delivery) error { return nil }}))
@@ -583,16 +584,22 @@ func TestBatchStorageStatus(t *testing.T) {
 	b.waitFor(t, "the batch settled", func() bool {
 		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NULL`) == 0
 	})
-	if n := available(); n != 0 {
+	q := queue()
+	if n := q.Available + q.Leased; n != 0 {
 		t.Errorf("status counts %d effects to deliver after the batch settled, want 0", n)
+	}
+	if q.CompletedRecent != 2 || q.LagP50Seconds == nil || q.LagP99Seconds == nil {
+		t.Errorf("status counts %d completed (lag p50 %v, p99 %v) after the batch settled, want 2 with lags",
+			q.CompletedRecent, q.LagP50Seconds, q.LagP99Seconds)
 	}
 	more := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "ok", Key: "c"})[0]
 	b.waitEvent(t, w, more, "completed")
 	b.waitFor(t, "the second batch settled", func() bool {
 		return b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE done_at IS NULL`) == 0
 	})
-	if n := available(); n != 0 {
-		t.Errorf("status counts %d effects to deliver after the second batch, want 0", n)
+	if q := queue(); q.Available+q.Leased != 0 || q.CompletedRecent != 3 {
+		t.Errorf("status counts %d effects to deliver and %d completed after the second batch, want 0 and 3",
+			q.Available+q.Leased, q.CompletedRecent)
 	}
 }
 

@@ -232,7 +232,8 @@ func (c *Client) park(ctx context.Context) error {
 // is gone, the NOTIFY limiter's notify_pending rows of backends that are
 // no longer live, the stream generations of batch storage that are settled
 // and were closed at least CompletedRetention ago (by TRUNCATE; the current
-// one is closed once it is as old), and the records of row-lock batches
+// one is closed once it is as old), batch storage's completion counts
+// older than CompletedRetention, and the records of row-lock batches
 // that died holding effects which have all moved on since (none counted in
 // the result).
 func (c *Client) Prune(ctx context.Context) (int64, error) {
@@ -269,6 +270,15 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 	// settled and closed for CompletedRetention, rotated after as long.
 	if _, err := store.StreamMaintain(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.CompletedRetention); err != nil {
 		return total, fmt.Errorf("pgoutbox: maintain the stream: %w", err)
+	}
+	for {
+		n, err := store.PruneSettled(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.PruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("pgoutbox: prune stream_settled: %w", err)
+		}
+		if n < int64(c.cfg.PruneBatch) {
+			break
+		}
 	}
 	for {
 		n, err := store.PruneLockClaims(ctx, c.pool, c.cfg.PruneBatch)

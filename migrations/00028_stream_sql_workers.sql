@@ -23,6 +23,25 @@
 --    the batch for each page and sorted them: a 50,000-effect batch cost
 --    33 us per effect in its page reads (20.7 ms a page, 1.8 ms now), and
 --    a batch of N effects N^2/2000 row reads.
+-- 4. pgoutbox.stream_settled: each settled page's count of effects
+--    completed from the batch, per type, with their lag's median and 99th
+--    percentile, so that `status` counts a batch queue's completions.
+
+-- One row per settled page and effect type of a batch queue: how many of
+-- its effects were delivered from the batch (they have no row of their
+-- own), and their lag (creation to the settle) in seconds. Written by the
+-- settle, pruned after CompletedRetention by Client.Prune.
+CREATE TABLE pgoutbox.stream_settled (
+    queue       text NOT NULL,
+    effect_type text NOT NULL,
+    settled_at  timestamptz NOT NULL DEFAULT now(),
+    completed   bigint NOT NULL CHECK (completed > 0),
+    lag_p50     float8 NOT NULL,
+    lag_p99     float8 NOT NULL
+);
+CREATE INDEX stream_settled_at_idx ON pgoutbox.stream_settled (settled_at);
+COMMENT ON TABLE pgoutbox.stream_settled IS
+    'Completions of batch-storage effects per settled page and type, for status (docs/batch-storage.md).';
 
 ALTER FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], timestamptz[], interval[], text[],
     text[]) RENAME TO enqueue_rows_routed;
@@ -214,3 +233,4 @@ DROP FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], t
     text[]);
 ALTER FUNCTION pgoutbox.enqueue_rows_routed(text[], text[], text[], json[], integer[], timestamptz[], interval[],
     text[], text[]) RENAME TO enqueue_rows;
+DROP TABLE pgoutbox.stream_settled;

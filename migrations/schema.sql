@@ -1994,6 +1994,18 @@ CREATE VIEW pgoutbox.stream_pending AS
 
 COMMENT ON VIEW pgoutbox.stream_pending IS 'Stream effects still to deliver, available or leased (docs/batch-storage.md).';
 
+CREATE TABLE pgoutbox.stream_settled (
+    queue text NOT NULL,
+    effect_type text NOT NULL,
+    settled_at timestamp with time zone DEFAULT now() NOT NULL,
+    completed bigint NOT NULL,
+    lag_p50 double precision NOT NULL,
+    lag_p99 double precision NOT NULL,
+    CONSTRAINT stream_settled_completed_check CHECK ((completed > 0))
+);
+
+COMMENT ON TABLE pgoutbox.stream_settled IS 'Completions of batch-storage effects per settled page and type, for status (docs/batch-storage.md).';
+
 CREATE TABLE pgoutbox.work_grants (
     grantee name NOT NULL,
     queue text NOT NULL,
@@ -2122,6 +2134,8 @@ CREATE INDEX stream_2_queue_xid_idx ON pgoutbox.stream_2 USING btree (queue, xid
 CREATE INDEX stream_batches_open_idx ON pgoutbox.stream_batches USING btree (queue, id) WHERE (done_at IS NULL);
 
 CREATE UNIQUE INDEX stream_generations_one_current ON pgoutbox.stream_generations USING btree (state) WHERE (state = 'current'::text);
+
+CREATE INDEX stream_settled_at_idx ON pgoutbox.stream_settled USING btree (settled_at);
 
 ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_id_idx;
 

@@ -58,21 +58,23 @@ type StatsRow struct {
 // cost follows the live backlog and the lag window, not the retained history.
 // Batch queues' stream effects still to deliver come from
 // pgoutbox.stream_pending, which reads only what committed after each
-// queue's newest settled batch; their completions are not counted (a
-// settled batch records no per-effect time).
+// queue's newest settled batch; their completions from
+// pgoutbox.stream_settled, one row per settled page and type (n: its
+// count; lag50 and lag99: its percentiles, so a queue's lag percentiles
+// mix the pages' percentiles with the rows' lags).
 const statsSQL = `
 SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
-    count(*),
+    sum(n)::bigint,
     count(*) FILTER (WHERE state = 'available' AND attempts > 0),
     count(*) FILTER (WHERE state = 'available' AND parked_due_at IS NOT NULL),
     coalesce(extract(epoch FROM now() - min(available_at) FILTER (WHERE state = 'available' AND available_at <= now())), 0)::float8,
     count(*) FILTER (WHERE state = 'leased' AND leased_at <= now() - make_interval(secs => $3)),
-    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)::float8)
-        FILTER (WHERE state = 'completed'),
-    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - created_at)::float8)
-        FILTER (WHERE state = 'completed')
+    percentile_cont(0.5) WITHIN GROUP (ORDER BY lag50) FILTER (WHERE state = 'completed'),
+    percentile_cont(0.99) WITHIN GROUP (ORDER BY lag99) FILTER (WHERE state = 'completed')
 FROM (
-    SELECT queue, effect_type, state, attempts, parked_due_at, available_at, leased_at, completed_at, created_at
+    SELECT queue, effect_type, state, attempts, parked_due_at, available_at, leased_at, 1 AS n,
+        extract(epoch FROM completed_at - created_at)::float8 AS lag50,
+        extract(epoch FROM completed_at - created_at)::float8 AS lag99
     FROM pgoutbox.effects
     WHERE (state = 'available'
            OR state = 'leased'
@@ -81,10 +83,16 @@ FROM (
       AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
     UNION ALL
     -- Batch storage's effects still to deliver (migration 00027).
-    SELECT queue, effect_type, state, 0, NULL::timestamptz, available_at, NULL::timestamptz, NULL::timestamptz,
-        created_at
+    SELECT queue, effect_type, state, 0, NULL::timestamptz, available_at, NULL::timestamptz, 1, NULL, NULL
     FROM pgoutbox.stream_pending
     WHERE ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
+    UNION ALL
+    -- And its completions (migration 00028).
+    SELECT queue, effect_type, 'completed'::pgoutbox.effect_state, 0, NULL::timestamptz, NULL::timestamptz,
+        NULL::timestamptz, completed, lag_p50, lag_p99
+    FROM pgoutbox.stream_settled
+    WHERE settled_at >= now() - make_interval(secs => $4)
+      AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
 ) e
 GROUP BY GROUPING SETS ((queue, effect_type, state), (queue, state))
 ORDER BY queue, grouping(effect_type) DESC, effect_type, state`

@@ -269,24 +269,50 @@ type Completion struct {
 	Fns    []func(context.Context, pgx.Tx) error
 }
 
+// PageCompleted counts a page's effects of one type delivered from the batch
+// (no row of their own), for status (pgoutbox.stream_settled, migration
+// 00028): how many, and the median and 99th percentile of their lag
+// (creation to the end of delivery) in seconds.
+type PageCompleted struct {
+	Type           string
+	Count          int64
+	LagP50, LagP99 float64
+}
+
+// PageSettle is what a page's settle writes: the settled position Through
+// (Last: the batch is done), the exceptions, the completions whose
+// OnComplete transitions run in the settle, and the page's counts of
+// effects completed from the batch, per type.
+type PageSettle struct {
+	Through   int64
+	Last      bool
+	Moves     []Move
+	Done      []Completion
+	Completed []PageCompleted
+}
+
+const settledSQL = `
+INSERT INTO pgoutbox.stream_settled (queue, effect_type, completed, lag_p50, lag_p99)
+SELECT $1, t.* FROM unnest($2::text[], $3::bigint[], $4::float8[], $5::float8[]) AS t`
+
 // Settle records a page of b in one transaction fenced by b's token: the
 // completions' transitions run first, each effect's in a savepoint (one
 // that fails is rolled back and becomes the Move failed returns); then the
-// exceptions go to pgoutbox.effects and the settled position becomes
-// through (done when last). found is false, and nothing is written, when
-// the lease was lost.
-func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, through int64, last bool, moves []Move, worker string,
-	done []Completion, failed func(Claimed, error) Move) (found bool, err error) {
+// exceptions go to pgoutbox.effects, the page's counts to
+// pgoutbox.stream_settled, and the settled position becomes p.Through.
+// found is false, and nothing is written, when the lease was lost.
+func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, worker string, p PageSettle,
+	failed func(Claimed, error) Move) (found bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, settleFenceSQL, b.Queue, b.ID, pgUUID(b.Token), through, last)
+		tag, err := tx.Exec(ctx, settleFenceSQL, b.Queue, b.ID, pgUUID(b.Token), p.Through, p.Last)
 		if err != nil {
 			return err
 		}
 		if found = tag.RowsAffected() == 1; !found {
 			return nil
 		}
-		all := moves
-		for _, c := range done {
+		all := p.Moves
+		for _, c := range p.Done {
 			err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 				for _, fn := range c.Fns {
 					if err := fn(ctx, sp); err != nil {
@@ -297,6 +323,25 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, through int64, las
 			})
 			if err != nil {
 				all = append(all[:len(all):len(all)], failed(c.Effect, err))
+			}
+		}
+		if len(p.Completed) > 0 {
+			// An effect whose transitions failed is a retry, not a completion.
+			unfinished := map[string]int64{}
+			for _, m := range all[len(p.Moves):] {
+				unfinished[m.Effect.Type]++
+			}
+			var types []string
+			var counts []int64
+			var p50, p99 []float64
+			for _, c := range p.Completed {
+				if n := c.Count - unfinished[c.Type]; n > 0 {
+					types, counts = append(types, c.Type), append(counts, n)
+					p50, p99 = append(p50, c.LagP50), append(p99, c.LagP99)
+				}
+			}
+			if _, err := tx.Exec(ctx, settledSQL, b.Queue, types, counts, p50, p99); err != nil {
+				return err
 			}
 		}
 		if len(all) == 0 {
@@ -320,6 +365,20 @@ func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, through int64, las
 		return false, MapError(err)
 	}
 	return found, nil
+}
+
+const pruneSettledSQL = `
+DELETE FROM pgoutbox.stream_settled WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM pgoutbox.stream_settled WHERE settled_at < now() - make_interval(secs => $1) LIMIT $2))`
+
+// PruneSettled deletes up to limit of batch storage's completion counts
+// (pgoutbox.stream_settled) older than retention and returns how many.
+func PruneSettled(ctx context.Context, db DBTX, retention time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, pruneSettledSQL, retention.Seconds(), limit)
+	if err != nil {
+		return 0, MapError(err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 const streamMaintainSQL = `SELECT pgoutbox.stream_maintain(make_interval(secs => $1), make_interval(secs => $2))`
