@@ -238,3 +238,39 @@ func TestBatchStoragePageReadsOnlyItsPage(t *testing.T) {
 		t.Errorf("a 100-effect page in the middle of a 20,000-effect batch read %d stream rows, want at most 300", n)
 	}
 }
+
+// TestBatchStorageMaintenanceIsTheOwners: the stream's maintenance and
+// reading functions run as their owner (or read tables the caller cannot);
+// a role that may enqueue or work a queue may call none of them. Rotating
+// the stream takes a lock that stalls every batch queue's writers, and
+// truncates settled generations; a tick closes a batch of any queue.
+func TestBatchStorageMaintenanceIsTheOwners(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "mq", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, pgoutbox.Effect{Queue: "mq", Type: "t", Key: "k"})
+	enq := b.tempRole(t, "pgoutbox_enq_maint")
+	b.grantEnqueue(t, enq, "mq", "")
+	wrk := b.workerRole(t, "pgoutbox_wrk_maint")
+	if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.grant_work($1, 'mq')`, wrk); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{enq, wrk} {
+		for _, sql := range []string{
+			`SELECT pgoutbox.stream_maintain(interval '0', interval '0')`,
+			`SELECT pgoutbox.stream_tick('mq')`,
+			`SELECT count(*) FROM pgoutbox.stream_after('mq', NULL)`,
+			`SELECT count(*) FROM pgoutbox.stream_page('mq', 0, 100, pg_current_snapshot(), NULL, 10)`,
+			`SELECT pgoutbox.stream_to_rows('mq', 10)`,
+		} {
+			if err := b.execAs(role, sql); pgCode(err) != "42501" {
+				t.Errorf("%s as %s: %v, want 42501", sql, role, err)
+			}
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'mq'`); n != 0 {
+		t.Errorf("%d batches after the refused calls, want none", n)
+	}
+}

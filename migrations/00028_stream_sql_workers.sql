@@ -23,7 +23,14 @@
 --    the batch for each page and sorted them: a 50,000-effect batch cost
 --    33 us per effect in its page reads (20.7 ms a page, 1.8 ms now), and
 --    a batch of N effects N^2/2000 row reads.
--- 4. pgoutbox.stream_settled: each settled page's count of effects
+-- 4. The stream's maintenance functions of 00027 (stream_tick,
+--    stream_maintain) run as their owner and were left executable by
+--    PUBLIC: a role that may only enqueue could rotate the stream (an
+--    exclusive lock that stalls every batch queue's writers for up to
+--    200 ms a call) and truncate settled generations early, or close
+--    batches of any queue. Only the owner (the Clients) calls them now;
+--    the page and range readers likewise.
+-- 5. pgoutbox.stream_settled: each settled page's count of effects
 --    completed from the batch, per type, with their lag's median and 99th
 --    percentile, so that `status` counts a batch queue's completions.
 
@@ -201,6 +208,11 @@ END;
 $$;
 -- +goose StatementEnd
 
+REVOKE ALL ON FUNCTION pgoutbox.stream_tick(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgoutbox.stream_after(text, pg_snapshot) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgoutbox.stream_page(text, bigint, bigint, pg_snapshot, pg_snapshot, integer) FROM PUBLIC;
+
 -- +goose Down
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1,
@@ -234,3 +246,6 @@ DROP FUNCTION pgoutbox.enqueue_rows(text[], text[], text[], json[], integer[], t
 ALTER FUNCTION pgoutbox.enqueue_rows_routed(text[], text[], text[], json[], integer[], timestamptz[], interval[],
     text[], text[]) RENAME TO enqueue_rows;
 DROP TABLE pgoutbox.stream_settled;
+GRANT EXECUTE ON FUNCTION pgoutbox.stream_tick(text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION pgoutbox.stream_maintain(interval, interval) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION pgoutbox.stream_after(text, pg_snapshot) TO PUBLIC;

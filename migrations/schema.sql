@@ -2224,6 +2224,14 @@ REVOKE ALL ON FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effec
 
 REVOKE ALL ON FUNCTION pgoutbox.revoke_work(role_name text, queue text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_tick(p_queue text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.stream_to_rows(p_queue text, p_max integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) FROM PUBLIC;
