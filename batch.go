@@ -105,21 +105,34 @@ func (q *queueWorker) runBatches(ctx context.Context) {
 	}
 }
 
+// tickTimeout bounds a tick (store.Tick), which reads every row committed
+// since the previous one: a large backlog's first tick is long.
+const tickTimeout = 10 * time.Minute
+
 // nextBatch claims the queue's oldest open batch, ticking first when there
 // is none, delivers it, and returns how many effects it held (0: none).
 func (q *queueWorker) nextBatch(ctx context.Context) (int, error) {
-	cctx, cancel := finishCtx(ctx)
-	defer cancel()
-	b, ok, err := store.ClaimBatch(cctx, q.c.pool, q.name, q.c.cfg.ID, q.c.cfg.LeaseDuration)
+	claim := func() (store.Batch, bool, error) {
+		cctx, cancel := finishCtx(ctx)
+		defer cancel()
+		return store.ClaimBatch(cctx, q.c.pool, q.name, q.c.cfg.ID, q.c.cfg.LeaseDuration)
+	}
+	b, ok, err := claim()
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		ticked, err := store.Tick(cctx, q.c.pool, q.name)
+		// A tick reads every row committed since the previous one: the
+		// first tick of a 10M backlog took minutes on a loaded machine, and
+		// under the 15 s of a claim it timed out and started over, again and
+		// again. Stop still cancels it.
+		tctx, tcancel := context.WithTimeout(ctx, tickTimeout)
+		ticked, err := store.Tick(tctx, q.c.pool, q.name)
+		tcancel()
 		if err != nil || !ticked {
 			return 0, err
 		}
-		if b, ok, err = store.ClaimBatch(cctx, q.c.pool, q.name, q.c.cfg.ID, q.c.cfg.LeaseDuration); err != nil || !ok {
+		if b, ok, err = claim(); err != nil || !ok {
 			return 0, err
 		}
 	}
