@@ -284,7 +284,9 @@ type detailData struct {
 	// Head is the effect that holds this one back (its ordering key's
 	// blocking head), nil when none.
 	Head *store.KeyHead
-	// Cancellable: available or dead letter, delivery never started.
+	// Cancellable: available or dead letter, delivery never started, a
+	// row of pgoutbox.effects (a cancel does not reach an effect of a
+	// batch queue still in the stream).
 	Cancellable bool
 	// Cancel is the recorded cancellation, nil when not cancelled.
 	Cancel *ops.Cancellation
@@ -330,7 +332,8 @@ func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Timeline, d.TimelineCut = hist.Events, hist.Cut
 	d.Cancel = ops.CancellationOf(e.Resolution)
-	d.Cancellable = (e.State == "available" || e.State == "dead_letter") && e.DeliveryStartedAt == nil
+	d.Cancellable = (e.State == "available" || e.State == "dead_letter") && e.DeliveryStartedAt == nil &&
+		e.Storage == store.StorageRows
 	if e.OrderingKey != nil && e.State == "available" {
 		h, found, err := store.HeadOf(r.Context(), c.cfg.Pool, id)
 		if err != nil {

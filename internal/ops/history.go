@@ -26,6 +26,11 @@ type History struct {
 	State       string `json:"state"`
 	Attempts    int    `json:"attempts"`
 	MaxAttempts int    `json:"max_attempts"`
+	// Storage is "rows" (a row of pgoutbox.effects) or "batch" (a batch
+	// queue's effect still in pgoutbox.stream: its state is that of its
+	// batch, pgoutbox.effect_states, and it has no claim, attempt or
+	// error of its own until a failure moves it to pgoutbox.effects).
+	Storage string `json:"storage"`
 	// LastError is the effect's last_error, raw: redact it before showing
 	// it (the console's RedactError).
 	LastError string `json:"last_error,omitempty"`
@@ -84,8 +89,11 @@ type HistoryEvent struct {
 
 // EffectHistory reads effect id's timeline with at most limit recorded
 // attempts and limit console actions, the newest (limit ≤ 0:
-// HistoryAttemptsDefault). found is false when no effect has that id (a
-// completed effect is gone once pruned).
+// HistoryAttemptsDefault), from either storage (store.GetEffectDetail: a
+// row of pgoutbox.effects, else a batch queue's effect in the stream with
+// its pgoutbox.effect_states state). found is false when no effect has
+// that id (a completed effect is gone once pruned, a stream effect once
+// its generation is truncated).
 func EffectHistory(ctx context.Context, db store.DBTX, id int64, limit int) (h *History, found bool, err error) {
 	if limit <= 0 {
 		limit = HistoryAttemptsDefault
@@ -105,8 +113,8 @@ func EffectHistory(ctx context.Context, db store.DBTX, id int64, limit int) (h *
 	if err != nil {
 		return nil, true, fmt.Errorf("ops: effect history: %w", err)
 	}
-	h = &History{ID: e.ID, Queue: e.Queue, Type: e.Type, Key: e.Key, State: e.State, Attempts: e.Attempts,
-		MaxAttempts: e.MaxAttempts, Effect: e}
+	h = &History{ID: e.ID, Queue: e.Queue, Type: e.Type, Key: e.Key, State: e.State, Storage: e.Storage,
+		Attempts: e.Attempts, MaxAttempts: e.MaxAttempts, Effect: e}
 	if e.LastError != nil {
 		h.LastError = *e.LastError
 	}
@@ -165,6 +173,8 @@ func timeline(e store.EffectDetail, attempts []store.Attempt, audit []store.Audi
 		add(e.CompletedAt, "completed", what, "")
 	} else if e.Resolution != nil {
 		add(e.CompletedAt, "completed", "completed by an operator's resolution", "")
+	} else if e.Storage == store.StorageBatch {
+		add(e.CompletedAt, "completed", "completed (delivered from its batch, settled)", "")
 	} else {
 		add(e.CompletedAt, "completed", "completed", "")
 	}

@@ -73,9 +73,9 @@ const effectsFilter = `($1::text = '' OR queue = $1) AND ($2::text = '' OR state
   AND ($8::text = '' OR ordering_key = $8)
   AND id < $6::bigint`
 
-// effectsListSQL pages every effect newest first: a backward walk of the
-// primary key that stops after $7 matching rows, so a page costs the rows
-// skipped by the filters, never a sort of the table.
+// effectsListSQL pages every row of pgoutbox.effects newest first: a
+// backward walk of the primary key that stops after $7 matching rows, so a
+// page costs the rows skipped by the filters, never a sort of the table.
 const effectsListSQL = `
 SELECT ` + effectsCols + `
 FROM pgoutbox.effects e
@@ -88,11 +88,12 @@ LIMIT $7`
 // the predicate of effects_attention_idx (queue, state, id), so even a
 // generic plan reads only those rows, whatever the table's history holds.
 //
-// Both are planned per call (custom plans): with the filters' values known,
-// an empty filter folds away. A generic plan misjudges the optional
-// filters (it estimates one row) and would scan and sort the table, so
-// callers must not force one (plan_cache_mode stays auto: the generic
-// plan's cost is far above the custom ones, so PostgreSQL keeps planning).
+// All the lists are planned per call (custom plans): with the filters'
+// values known, an empty filter folds away. A generic plan misjudges the
+// optional filters (it estimates one row) and would scan and sort the
+// table, so callers must not force one (plan_cache_mode stays auto: the
+// generic plan's cost is far above the custom ones, so PostgreSQL keeps
+// planning).
 const attentionListSQL = `
 SELECT ` + effectsCols + `
 FROM pgoutbox.effects e
@@ -112,20 +113,165 @@ WHERE ordering_key IS NOT NULL AND state <> 'completed' AND ` + effectsFilter + 
 ORDER BY id DESC
 LIMIT $7`
 
-// ListEffects returns up to limit effects matching f with id < beforeID
-// (0: the newest), newest first.
-func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, limit int) ([]EffectRow, error) {
-	sql := effectsListSQL
+// A batch queue's effects that never left pgoutbox.stream (migration
+// 00027) are listed from their own indexed read, not by filtering
+// pgoutbox.effect_states: the planner cannot walk the view's stream part in
+// id order (each row's state is a lateral read of its batch), so a page
+// through the view read and sorted every stream row the filters left
+// (235 ms for 7,000 of 21,000; docs/batch-storage.md). The statements
+// below choose the page's stream ids on the stream's own indexes, then
+// read those ids' columns and state through pgoutbox.effect_states, so the
+// states shown are the view's.
+
+// streamIDsFilter keeps the stream rows that match the filters ($1 queue,
+// $3 type, $4 key prefix, $8 ordering key, below $6) and were not moved to
+// pgoutbox.effects (the view shows those as rows). Filters no stream
+// effect can match are said on the parameters alone, so the planner drops
+// the stream's part instead of walking it: an error text (a stream effect
+// has none; a failure moves it to pgoutbox.effects), a state other than
+// available, leased and completed. (A queue with no row in the stream is
+// found empty through stream_xid_idx, TestConsoleListsWalkTheStreamByIndex.)
+const streamIDsFilter = `$5::text = '' AND $2::text IN ('', 'available', 'leased', 'completed')
+      AND ($1::text = '' OR s.queue = $1) AND ($3::text = '' OR s.effect_type = $3)
+      AND ($4::text = '' OR starts_with(s.idempotency_key, $4)) AND ($8::text = '' OR s.ordering_key = $8)
+      AND s.id < $6::bigint
+      AND NOT EXISTS (SELECT 1 FROM pgoutbox.effects m WHERE m.id = s.id)`
+
+// streamPendingIDs are the ids of the stream effects still to deliver
+// below $6 (of queue $1 when set): pgoutbox.stream_pending, the rows
+// committed after each batch queue's newest settled batch (a range of
+// stream_xid_idx per queue), as many as the queues' backlog.
+const streamPendingIDs = `SELECT p.id FROM pgoutbox.stream_pending p
+    WHERE ($1::text = '' OR p.queue = $1) AND p.id < $6::bigint`
+
+// streamAnyIDs, with no state filter: a backward walk of stream_id_idx
+// that stops after $7 matching rows, as effectsListSQL walks the primary
+// key.
+const streamAnyIDs = `SELECT s.id FROM pgoutbox.stream s
+    WHERE ` + streamIDsFilter + `
+    ORDER BY s.id DESC LIMIT $7`
+
+// streamToDeliverIDs, for available or leased: the effects still to
+// deliver in that state, by id (a probe of stream_id_idx each), never the
+// settled ones a walk would skip.
+const streamToDeliverIDs = `SELECT s.id FROM pgoutbox.stream s
+    WHERE s.id = ANY (ARRAY(` + streamPendingIDs + ` AND p.state::text = $2))
+      AND ` + streamIDsFilter + `
+    ORDER BY s.id DESC LIMIT $7`
+
+// streamSettledIDs, for completed: the walk of streamAnyIDs, keeping the
+// effects settled: committed in the snapshot of their queue's newest
+// settled batch (batches settle oldest first, so every batch that holds
+// them is settled), or passed by the settled position of an open batch
+// that holds them (pgoutbox.effect_states' rule, for the queue's few open
+// batches: stream_batches_open_idx). Per row two index probes, no read of
+// the batch's other effects. Like the rows' walk of the primary key, it
+// passes over the effects still to deliver, the newest, before it finds
+// completed ones.
+const streamSettledIDs = `SELECT s.id FROM pgoutbox.stream s
+    WHERE ` + streamIDsFilter + `
+      AND (coalesce(pg_visible_in_snapshot(s.xid, (SELECT d.snap FROM pgoutbox.stream_batches d
+               WHERE d.queue = s.queue AND d.done_at IS NOT NULL ORDER BY d.id DESC LIMIT 1)), false)
+           OR EXISTS (SELECT 1 FROM pgoutbox.stream_batches o
+               WHERE o.queue = s.queue AND o.done_at IS NULL AND o.done_through >= s.id AND o.min_id <= s.id
+                 AND pg_visible_in_snapshot(s.xid, o.snap)
+                 AND (o.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))
+    ORDER BY s.id DESC LIMIT $7`
+
+// streamCols are effectsCols for a stream effect of pgoutbox.effect_states:
+// no last error, no parking, never cancelled (a cancel acts on
+// pgoutbox.effects); waiting when an earlier effect of its key in
+// pgoutbox.effects blocks it (a retry, a strict dead letter: its batch
+// moves it there, behind that one).
+const streamCols = `id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, created_at,
+    '', ` + SubjectSQL + `, available_at, coalesce(ordering_key, ''),
+    (e.state = 'available' AND e.ordering_key IS NOT NULL AND EXISTS (
+        SELECT 1 FROM pgoutbox.effects p WHERE ` + blockingEarlierSQL + `)),
+    false`
+
+// withStream is a list of rows (effectsListSQL, orderedListSQL) merged
+// with the stream effects whose ids streamIDs picks: at most $7 of each,
+// the newest $7 of both. Each stream effect is read through
+// pgoutbox.effect_states by id (a probe of stream_id_idx), with the
+// view's state, which must match the state filter.
+func withStream(rowsSQL, streamIDs string) string {
+	return `
+SELECT * FROM (
+    (` + rowsSQL + `)
+    UNION ALL
+    (SELECT ` + streamCols + `
+     FROM pgoutbox.effect_states e
+     WHERE e.storage = 'batch' AND e.id = ANY (ARRAY(` + streamIDs + `))
+       AND ($2::text = '' OR e.state::text = $2)
+     ORDER BY id DESC)
+) u
+ORDER BY id DESC
+LIMIT $7`
+}
+
+// The lists of both storages, by their filters (listSQL).
+var (
+	effectsAnySQL       = withStream(effectsListSQL, streamAnyIDs)
+	effectsToDeliverSQL = withStream(effectsListSQL, streamToDeliverIDs)
+	effectsSettledSQL   = withStream(effectsListSQL, streamSettledIDs)
+	orderedToDeliverSQL = withStream(orderedListSQL, streamToDeliverIDs)
+)
+
+// listSQL is the statement of the effects list for f: the index each
+// storage's part reads depends on the filters.
+func listSQL(f EffectFilter) string {
 	switch {
-	case f.OrderingKey != "" && f.State != "" && f.State != "completed":
-		sql = orderedListSQL
 	case f.State == "dead_letter" || f.State == "reconciliation_required":
-		sql = attentionListSQL
+		return attentionListSQL // the stream holds none: a batch moves them to pgoutbox.effects
+	case f.OrderingKey != "" && f.State != "" && f.State != "completed":
+		return orderedToDeliverSQL
+	case f.State == "available" || f.State == "leased":
+		return effectsToDeliverSQL
+	case f.State == "completed":
+		return effectsSettledSQL
 	}
+	return effectsAnySQL // also an unknown state: its parts match nothing
+}
+
+// noJIT says whether a list statement must run with jit off: those that
+// read pgoutbox.stream_pending, or test each walked stream row against its
+// queue's batches. Their estimates are far off (a queue_storage too small
+// for autovacuum to analyze counts as 810 queues, each queue's effects to
+// deliver as a third of its stream, a state filter as matching almost
+// nothing), so their cost passes jit_above_cost, and compiling one took 3 to 6 s for a
+// page that then ran in milliseconds (TestConsoleListsWalkTheStreamByIndex).
+func noJIT(sql string) bool {
+	return sql == effectsToDeliverSQL || sql == effectsSettledSQL || sql == orderedToDeliverSQL
+}
+
+// ListEffects returns up to limit effects matching f with id < beforeID
+// (0: the newest), newest first, from either storage: the rows of
+// pgoutbox.effects and the effects of batch queues still in the stream,
+// with their pgoutbox.effect_states state. A state filter of available,
+// leased or completed runs in a transaction of its own (a savepoint when db
+// is a transaction, whose jit is then off until it ends) with jit off.
+func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, limit int) ([]EffectRow, error) {
 	if beforeID <= 0 {
 		beforeID = math.MaxInt64
 	}
-	return collectEffectRows(db.Query(ctx, sql, f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit, f.OrderingKey))
+	sql := listSQL(f)
+	args := []any{f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit, f.OrderingKey}
+	b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok || !noJIT(sql) {
+		return collectEffectRows(db.Query(ctx, sql, args...))
+	}
+	var out []EffectRow
+	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		var err error
+		out, err = collectEffectRows(tx.Query(ctx, sql, args...))
+		return err
+	})
+	return out, MapError(err)
 }
 
 const effectsByIDSQL = `
@@ -134,8 +280,9 @@ FROM pgoutbox.effects e
 WHERE id = ANY($1::bigint[])
 ORDER BY id`
 
-// EffectsByID returns the effects among ids that exist, by id (the
-// console's replay confirmation lists those that will move).
+// EffectsByID returns the effects among ids that exist in pgoutbox.effects,
+// by id (the console's replay and cancel confirmations list those that will
+// move; both act on pgoutbox.effects only).
 func EffectsByID(ctx context.Context, db DBTX, ids []int64) ([]EffectRow, error) {
 	return collectEffectRows(db.Query(ctx, effectsByIDSQL, ids))
 }
@@ -172,12 +319,17 @@ type EffectDetail struct {
 	// Resolution is the operator's recorded resolution of a reconciliation
 	// record (JSON), nil when none.
 	Resolution []byte
+	// Storage is where the effect is: StorageRows (a row of
+	// pgoutbox.effects, which holds every effect of a rows queue and a
+	// batch queue's exceptions) or StorageBatch (a batch queue's effect
+	// still in pgoutbox.stream, with what effect_states shows of it).
+	Storage string
 }
 
 const effectDetailSQL = `
 SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
     created_at, delivery_started_at, last_error, coalesce(parked_due_at, available_at), leased_at, lease_owner, lease_expires_at,
-    completed_at, dead_lettered_at, reconciliation_at, resolution, ordering_key
+    completed_at, dead_lettered_at, reconciliation_at, resolution, ordering_key, 'rows'
 FROM pgoutbox.effects WHERE id = $1`
 
 // effectDetailStreamSQL is effectDetailSQL for an effect of batch storage
@@ -186,7 +338,7 @@ FROM pgoutbox.effects WHERE id = $1`
 const effectDetailStreamSQL = `
 SELECT id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, payload,
     created_at, delivery_started_at, last_error, available_at, NULL::timestamptz, NULL::text, lease_expires_at,
-    completed_at, NULL::timestamptz, NULL::timestamptz, NULL::jsonb, ordering_key
+    completed_at, NULL::timestamptz, NULL::timestamptz, NULL::jsonb, ordering_key, storage
 FROM pgoutbox.effect_states WHERE id = $1 AND storage = 'batch'`
 
 // GetEffectDetail loads one effect for the console, from either storage;
@@ -204,7 +356,7 @@ func getEffectDetail(ctx context.Context, db DBTX, sql string, id int64) (Effect
 	err := db.QueryRow(ctx, sql, id).Scan(&d.ID, &d.Queue, &d.Type, &d.Key, &d.State, &d.Attempts,
 		&d.MaxAttempts, &d.Payload, &d.CreatedAt, &d.DeliveryStartedAt, &d.LastError, &d.AvailableAt, &d.LeasedAt,
 		&d.LeaseOwner, &d.LeaseExpiresAt, &d.CompletedAt, &d.DeadLetteredAt, &d.ReconciliationAt, &d.Resolution,
-		&d.OrderingKey)
+		&d.OrderingKey, &d.Storage)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, false, nil
 	}
