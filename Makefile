@@ -6,7 +6,7 @@ PKGS    ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/pgoutbox/pgoutbox/internal/cli.Version=$(VERSION)
 
-.PHONY: demo test test-batch test-deps test-short bench bench-curves bench-flat bench-xmin bench-backlog10m build lint fmt vet staticcheck clean
+.PHONY: demo test test-batch test-batch-reliability test-deps test-short bench bench-curves bench-flat bench-xmin bench-backlog10m build lint fmt vet staticcheck clean
 
 ## demo: the whole system with GitHub and Solr emulators, on the embedded PostgreSQL under ./.pgoutbox (or DATABASE_URL)
 demo: build
@@ -22,6 +22,11 @@ test: test-deps vet
 ## test-batch: the root package's tests again with every queue in batch storage (the storage test matrix)
 test-batch:
 	PGOUTBOX_TEST_STORAGE=batch $(GO) test -count=1 -timeout 30m .
+
+## test-batch-reliability: the reliability campaign (test/reliability) with every queue in batch storage; not in
+## `make test`, which runs the campaign in the row storage (about 10 min on 2 shared cores against 8 for the rows run)
+test-batch-reliability:
+	PGOUTBOX_TEST_STORAGE=batch $(GO) test -count=1 -timeout 30m ./test/reliability
 
 ## test-deps: PostgreSQL binaries, Virtuoso, rdflib, Chromium, promtool, Node.js, npm and psycopg, when missing (apt-get)
 test-deps:

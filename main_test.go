@@ -62,11 +62,11 @@ func (b *bundle) startClient(t *testing.T, cfg pgoutbox.Config) *pgoutbox.Client
 // storageEnv names the storage (pgoutbox.Storage) that startClient gives
 // every queue that does not choose one: the test matrix runs the
 // guarantee tests once per storage (`make test-batch`).
-const storageEnv = "PGOUTBOX_TEST_STORAGE"
+const storageEnv = pgtest.StorageEnv
 
 // withTestStorage is queues with storageEnv's storage where none is set.
 func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox.QueueConfig {
-	s := pgoutbox.Storage(os.Getenv(storageEnv))
+	s := pgoutbox.Storage(pgtest.Storage())
 	if s == "" {
 		return queues
 	}

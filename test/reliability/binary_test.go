@@ -23,6 +23,8 @@ import (
 
 	fakegh "github.com/pgoutbox/pgoutbox/adapters/github/githubtest"
 	fakesolr "github.com/pgoutbox/pgoutbox/adapters/solr/solrtest"
+	"github.com/pgoutbox/pgoutbox/controlplane"
+	"github.com/pgoutbox/pgoutbox/projection"
 )
 
 // buildBinary builds cmd/pgoutbox into dir.
@@ -142,6 +144,7 @@ type stack struct {
 	ctx      context.Context
 	bin      string
 	dsn      string // without the canary password
+	db       *db
 	env      []string
 	canaries map[string]string // name → canary value
 	emu      *fakegh.Server
@@ -164,7 +167,11 @@ const (
 func newStack(t *testing.T, ctx context.Context, bin string) *stack {
 	t.Helper()
 	s := &stack{ctx: ctx, bin: bin, canaries: map[string]string{}}
-	s.dsn = newDB(t).dsn
+	d := newDB(t)
+	s.db, s.dsn = d, d.dsn
+	// The binary has no storage setting: its queues take the storage
+	// recorded in the database, the test matrix's.
+	d.useTestStorage(t, ctx, controlplane.QueueJobs, controlplane.QueueOutbox, projection.Queue)
 	nonce := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for _, name := range []string{"GITHUB_WEBHOOK_SECRET", "PGOUTBOX_API_TOKEN", "CRON_SECRET", "DB_PASSWORD", "SOLR_PASSWORD", "ALERT_URL_TOKEN"} {
 		s.canaries[name] = "canary-" + strings.ToLower(strings.ReplaceAll(name, "_", "-")) + "-" + nonce
@@ -260,7 +267,7 @@ func (s *stack) counts(t *testing.T) string {
 	t.Helper()
 	return fmt.Sprintf("inbox=%d effects=%d records=%d runs=%d",
 		s.scalar(t, `SELECT count(*) FROM control_plane.webhook_inbox`),
-		s.scalar(t, `SELECT count(*) FROM pgoutbox.effects`),
+		s.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states`), // either storage
 		s.scalar(t, `SELECT count(*) FROM storage_documents.records`),
 		s.scalar(t, `SELECT count(*) FROM control_plane.release_runs`))
 }

@@ -101,7 +101,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	if code, _, body := s.do(t, req); code != http.StatusOK {
 		t.Fatalf("GET /api/cron/outbox: %d %s", code, body)
 	}
-	waitDB("records projected", `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'outbox_events' AND state = 'completed'`, 5)
+	waitDB("records projected", `SELECT count(*) FROM pgoutbox.effect_states WHERE queue = 'outbox_events' AND state = 'completed'`, 5)
 	for _, path := range []string{"/workers", "/workers?format=json", "/metrics", "/api/records?q=Record"} {
 		req, _ := http.NewRequest(http.MethodGet, s.srv.url+path, nil)
 		req.Header.Set("Authorization", bearer)
@@ -136,8 +136,9 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	if len(s.alertRx) == 0 {
 		t.Errorf("alert check never posted to OUTBOX_ALERT_WEBHOOK_URL (firing rules expected: a dead letter, a reconciliation record)")
 	}
-	waitDB("the replayed dead letter completed", fmt.Sprintf(`SELECT count(*) FROM pgoutbox.effects WHERE id = %d AND state = 'completed'`, deadID), 1)
+	waitDB("the replayed dead letter completed", fmt.Sprintf(`SELECT count(*) FROM pgoutbox.effect_states WHERE id = %d AND state = 'completed'`, deadID), 1)
 	s.srv.stop(t, ctx)
+	s.db.checkStorage(t, ctx)
 
 	// The corpus: logs, outputs, answers, alerts, and every table.
 	type source struct{ name, text string }

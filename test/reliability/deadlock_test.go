@@ -55,7 +55,7 @@ func testExtendAndGroupCommit(t *testing.T, hold time.Duration) {
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
 	client, err := pgoutbox.NewClient(d.pool, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 64, DeliveryTimeout: time.Second, RowLockLease: hold}},
+		Queues:        withTestStorage(map[string]pgoutbox.QueueConfig{"q": {Concurrency: 64, DeliveryTimeout: time.Second, RowLockLease: hold}}),
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Registerer:    reg,

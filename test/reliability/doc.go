@@ -22,6 +22,13 @@
 // PGOUTBOX_RELIABILITY_REPORT=path every scenario appends its figures to
 // that file as one JSON object per line.
 //
+// The campaign is a storage matrix, as the root package's tests are: with
+// PGOUTBOX_TEST_STORAGE=batch (`make test-batch-reliability`) every queue
+// that names no storage uses batch storage (docs/batch-storage.md), in the
+// tests' clients, the worker processes and `pgoutbox serve`, and the ledger
+// reads every effect's state through pgoutbox.effect_states. A scenario
+// that checks the row storage itself pins it and says why.
+//
 // The scenarios run one after another (no t.Parallel): they measure times
 // on a small machine, and the goroutine-baseline check of the partition
 // scenario needs a quiet process.

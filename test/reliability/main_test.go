@@ -78,6 +78,67 @@ func report(t *testing.T, scenario string, f figures) {
 	}
 }
 
+// The storage matrix (pgtest.StorageEnv, `make test-batch`): with
+// PGOUTBOX_TEST_STORAGE=batch every queue that names no storage uses batch
+// storage, in the tests' clients, in the worker processes (workerMain; they
+// inherit the environment) and in `pgoutbox serve` (its queues' storage is
+// recorded in the database before it starts). A scenario that checks the
+// row storage itself pins pgoutbox.StorageRows and says why.
+
+// testStorage is the storage the test matrix asks for ("" for the
+// engine's default).
+func testStorage() pgoutbox.Storage { return pgoutbox.Storage(pgtest.Storage()) }
+
+// withTestStorage is queues with the test matrix's storage where none is
+// set.
+func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox.QueueConfig {
+	s := testStorage()
+	if s == "" {
+		return queues
+	}
+	out := make(map[string]pgoutbox.QueueConfig, len(queues))
+	for name, q := range queues {
+		if q.Storage == "" {
+			q.Storage = s
+		}
+		out[name] = q
+	}
+	return out
+}
+
+// useTestStorage records the test matrix's storage for queues, before
+// anything is enqueued to them: an effect enqueued to a queue whose
+// storage no Client has recorded yet goes to the row storage.
+func (d *db) useTestStorage(t *testing.T, ctx context.Context, queues ...string) {
+	t.Helper()
+	if s := testStorage(); s != "" {
+		for _, q := range queues {
+			d.setStorage(t, ctx, q, s)
+		}
+	}
+}
+
+// setStorage records queue's storage (pgoutbox.SetStorage).
+func (d *db) setStorage(t *testing.T, ctx context.Context, queue string, s pgoutbox.Storage) {
+	t.Helper()
+	if err := pgoutbox.SetStorage(ctx, d.pool, queue, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkStorage fails the test when the test matrix asks for batch storage
+// and no effect went through pgoutbox.stream: the scenario would have run
+// the row storage without saying so.
+func (d *db) checkStorage(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if testStorage() != pgoutbox.StorageBatch {
+		return
+	}
+	if n := d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.stream`); n == 0 {
+		t.Errorf("%s=%s, but no effect was enqueued to batch storage (pgoutbox.stream is empty)", pgtest.StorageEnv, testStorage())
+	}
+}
+
 // db is one test's database.
 type db struct {
 	pool *pgxpool.Pool
@@ -113,10 +174,10 @@ func (d *db) scalar(t *testing.T, ctx context.Context, sql string, args ...any) 
 	return n
 }
 
-// completedIDs is the set of effects completed now.
+// completedIDs is the set of effects completed now (either storage).
 func (d *db) completedIDs(t *testing.T, ctx context.Context) map[int64]bool {
 	t.Helper()
-	rows, err := d.pool.Query(ctx, `SELECT id FROM pgoutbox.effects WHERE state = 'completed'`)
+	rows, err := d.pool.Query(ctx, `SELECT id FROM pgoutbox.effect_states WHERE state = 'completed'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,21 +200,29 @@ func (d *db) exec(t *testing.T, ctx context.Context, sql string, args ...any) {
 }
 
 // spec is what to enqueue: n effects of queue, every dispatchEvery-th (if
-// > 0) of type "dispatch" (not replay-safe), the others "safe".
+// > 0) of type "dispatch" (not replay-safe), the others "safe". storage,
+// when set, is the queue's storage whatever the test matrix says.
 type spec struct {
 	queue         string
 	n             int
 	dispatchEvery int
 	keyPrefix     string
 	maxAttempts   int
+	storage       pgoutbox.Storage
 }
 
 // enqueued maps the id of every enqueued effect to its type and key.
 type enqueued map[int64]struct{ typ, key string }
 
-// enqueue writes the effects in committed transactions of 5,000.
+// enqueue records the queue's storage (s.storage, else the test
+// matrix's) and writes the effects in committed transactions of 5,000.
 func (d *db) enqueue(t *testing.T, ctx context.Context, s spec) enqueued {
 	t.Helper()
+	if s.storage != "" {
+		d.setStorage(t, ctx, s.queue, s.storage)
+	} else {
+		d.useTestStorage(t, ctx, s.queue)
+	}
 	out := enqueued{}
 	const chunk = 5000
 	for start := 0; start < s.n; start += chunk {
@@ -198,8 +267,9 @@ func waitFor(t *testing.T, ctx context.Context, what string, interval time.Durat
 	}
 }
 
-// terminalSQL counts effects in a final or operator-visible state.
-const terminalSQL = `SELECT count(*) FROM pgoutbox.effects
+// terminalSQL counts effects in a final or operator-visible state, in
+// either storage.
+const terminalSQL = `SELECT count(*) FROM pgoutbox.effect_states
 	WHERE state IN ('completed', 'dead_letter', 'reconciliation_required')`
 
 // timeout gives a scenario a deadline that is a safety net, never a

@@ -235,7 +235,7 @@ func testOrderedDeliveryUnderFaults(t *testing.T, hold time.Duration) {
 	// and one immediate restart of PostgreSQL once the producers are done.
 	done := func() int64 {
 		var n int64 // -1 while the pool reconnects after the restart
-		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`).Scan(&n); err != nil {
+		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.effect_states WHERE state = 'completed'`).Scan(&n); err != nil {
 			return -1
 		}
 		return n
@@ -274,7 +274,15 @@ func testOrderedDeliveryUnderFaults(t *testing.T, hold time.Duration) {
 	for _, w := range workers {
 		w.stop(t, ctx)
 	}
-	f := checkOrder(t, orderLog, committed)
+	d.checkStorage(t, ctx)
+	// Batch storage records a page's deliveries when the page settles, not
+	// one by one: a key's effects of a page run one after another, and a
+	// consumer that dies (or loses its batch lease) before the settle has
+	// every one of them delivered again, in order, after the later ones
+	// succeeded (docs/batch-storage.md, "Not built"). The checker counts
+	// those replays there instead of failing on them; an overtake (a call
+	// before the previous effect succeeded), a gap or a loss still fails.
+	f := checkOrder(t, orderLog, committed, testStorage() == pgoutbox.StorageBatch)
 	f["mode"], f["keys"], f["effects"], f["kills"], f["pg_restarts"] = modeName(hold), keys+2, want, kills, 1
 	f["drain_s"] = round(drain.Seconds())
 	report(t, "per-key ordering under faults", f)
@@ -285,9 +293,10 @@ func testOrderedDeliveryUnderFaults(t *testing.T, hold time.Duration) {
 //   - no overtaking: a call of the key's n-th effect starts only after the
 //     (n-1)-th effect's successful call was recorded; a call may repeat
 //     (at-least-once) only for the key's current or last completed
-//     effect, never for an earlier one;
+//     effect, never for an earlier one (with replays, such a call is
+//     counted as replayed_behind_later and logged instead);
 //   - no gap and nothing lost: every effect's call succeeded, in order.
-func checkOrder(t *testing.T, path string, committed map[string][]string) figures {
+func checkOrder(t *testing.T, path string, committed map[string][]string, replays bool) figures {
 	t.Helper()
 	type event struct {
 		kind byte
@@ -324,8 +333,8 @@ func checkOrder(t *testing.T, path string, committed map[string][]string) figure
 		}
 	}
 	next := map[string]int{} // key → how many of its effects succeeded, in order
-	var overtakes, repeats, calls int
-	var first []string
+	var overtakes, repeats, calls, replayed int
+	var first, firstReplays []string
 	fail := func(format string, args ...any) {
 		overtakes++
 		if len(first) < 10 {
@@ -344,6 +353,11 @@ func checkOrder(t *testing.T, path string, committed map[string][]string) figure
 			calls++
 			if p > n {
 				fail("key %s: %s (#%d in commit order) called before #%d (%s) succeeded", e.key, e.tag, p, n, committed[e.key][n])
+			} else if p < n-1 && replays {
+				replayed++
+				if len(firstReplays) < 5 {
+					firstReplays = append(firstReplays, fmt.Sprintf("key %s: %s (#%d) called again after #%d succeeded", e.key, e.tag, p, n-1))
+				}
 			} else if p < n-1 {
 				fail("key %s: %s (#%d) called again after #%d succeeded", e.key, e.tag, p, n-1)
 			} else if p == n-1 {
@@ -353,6 +367,8 @@ func checkOrder(t *testing.T, path string, committed map[string][]string) figure
 			next[e.key] = n + 1
 		case p == n-1:
 			repeats++ // a second success of a duplicate call
+		case p < n-1 && replays:
+			// The success of a replayed earlier effect, counted at its call.
 		default:
 			fail("key %s: %s (#%d) succeeded while #%d was next", e.key, e.tag, p, n)
 		}
@@ -369,5 +385,8 @@ func checkOrder(t *testing.T, path string, committed map[string][]string) figure
 	if overtakes > 0 || lost > 0 {
 		t.Errorf("%d overtakes, %d effects lost or out of order; first:\n%s", overtakes, lost, strings.Join(first, "\n"))
 	}
-	return figures{"calls": calls, "overtakes": overtakes, "lost": lost, "repeats": repeats}
+	if replayed > 0 {
+		t.Logf("%d calls replayed an effect behind a later one of its key; first:\n%s", replayed, strings.Join(firstReplays, "\n"))
+	}
+	return figures{"calls": calls, "overtakes": overtakes, "lost": lost, "repeats": repeats, "replayed_behind_later": replayed}
 }

@@ -240,7 +240,7 @@ func testTargetPartition(t *testing.T, hold time.Duration) {
 	}
 	reg := prometheus.NewRegistry()
 	client, err := pgoutbox.NewClient(d.pool, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 8, DeliveryTimeout: deliveryTime, RowLockLease: hold}},
+		Queues:        withTestStorage(map[string]pgoutbox.QueueConfig{"q": {Concurrency: 8, DeliveryTimeout: deliveryTime, RowLockLease: hold}}),
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Registerer:    reg,
 		LeaseDuration: lease,

@@ -52,7 +52,7 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 			}))
 		}
 		waitFor(t, ctx, "the healthy effects completed", 20*time.Millisecond, func() bool {
-			return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed' AND id <> $1`, poisonID) == int64(total)
+			return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effect_states WHERE state = 'completed' AND id <> $1`, poisonID) == int64(total)
 		})
 		return time.Since(t0), d, want, dir, ws
 	}
@@ -130,7 +130,13 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 		}
 	}
 	const slots = 2 * 8
-	if behind > slots {
+	// In batch storage the poison's retry leaves its batch for
+	// pgoutbox.effects, where the queue's row claim loop, which runs beside
+	// the batch loop, claims it once due: it is retried beside the backlog,
+	// in one of the queue's Concurrency slots, not behind it
+	// (docs/batch-storage.md). The figure is reported; the bound in work
+	// above (one extra call per poison attempt) holds in both storages.
+	if behind > slots && testStorage() != pgoutbox.StorageBatch {
 		t.Errorf("%d healthy effects were first called after the poison's retry, want at most %d (the slots in flight): the poison's retries went ahead of the backlog", behind, slots)
 	}
 	if l.States["completed"] != total || l.States["dead_letter"] != 1 {
@@ -150,7 +156,7 @@ func TestPoisonedEffectDoesNotBlockOthers(t *testing.T) {
 		Poll: 100 * time.Millisecond, Timeout: 2 * time.Second, CallLog: filepath.Join(dir, "healed.calls"),
 	})
 	waitFor(t, ctx, "the replayed effect completed", 20*time.Millisecond, func() bool {
-		return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1 AND state = 'completed'`, poisonID) == 1
+		return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effect_states WHERE id = $1 AND state = 'completed'`, poisonID) == 1
 	})
 	healed.stop(t, ctx)
 	calls, _ = readCalls(t, dir)

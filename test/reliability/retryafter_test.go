@@ -17,8 +17,11 @@ import (
 	"github.com/pgoutbox/pgoutbox"
 )
 
-// historySQL records every update of an effect with the database clock of
-// the statement that made it (test fixture, in the test's own database).
+// historySQL records every insert (old_state "none") and update of an
+// effect row with the database clock of the statement that made it (test
+// fixture, in the test's own database). A batch-storage effect has a row
+// only once it leaves its batch (a retry, a dead letter, a promoted or
+// unrun effect): its history starts with that insert.
 const historySQL = `
 CREATE TABLE public.effect_history (
     seq          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -34,10 +37,11 @@ CREATE TABLE public.effect_history (
 CREATE FUNCTION public.record_effect_history() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.effect_history (id, old_state, new_state, attempts, available_at, leased_at, lease_owner, at)
-    VALUES (NEW.id, OLD.state::text, NEW.state::text, NEW.attempts, NEW.available_at, NEW.leased_at, NEW.lease_owner, now());
+    VALUES (NEW.id, CASE WHEN TG_OP = 'INSERT' THEN 'none' ELSE OLD.state::text END, NEW.state::text, NEW.attempts,
+        NEW.available_at, NEW.leased_at, NEW.lease_owner, now());
     RETURN NULL;
 END $$;
-CREATE TRIGGER effects_history AFTER UPDATE ON pgoutbox.effects
+CREATE TRIGGER effects_history AFTER INSERT OR UPDATE ON pgoutbox.effects
     FOR EACH ROW EXECUTE FUNCTION public.record_effect_history();`
 
 // shiftClockSQL moves the database clock of the test's database a day
@@ -126,6 +130,7 @@ func TestRetryAfterUsesDatabaseClock(t *testing.T) {
 		return nil
 	}
 	var id int64
+	d.useTestStorage(t, ctx, "q")
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var err error
 		id, err = pgoutbox.Enqueue(ctx, tx, pgoutbox.Effect{Queue: "q", Type: typeSafe, Key: "rate-limited"})
@@ -135,7 +140,7 @@ func TestRetryAfterUsesDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, err := pgoutbox.NewClient(d.pool, pgoutbox.Config{
-		Queues:        map[string]pgoutbox.QueueConfig{"q": {Concurrency: 1, DeliveryTimeout: 5 * time.Second}},
+		Queues:        withTestStorage(map[string]pgoutbox.QueueConfig{"q": {Concurrency: 1, DeliveryTimeout: 5 * time.Second}}),
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}},
 		LeaseDuration: 10 * time.Second,
 		PollInterval:  50 * time.Millisecond, // the claim follows available_at closely
@@ -166,6 +171,7 @@ func TestRetryAfterUsesDatabaseClock(t *testing.T) {
 		}
 	}
 
+	d.checkStorage(t, ctx)
 	// The failures (leased → available) and the claims (available →
 	// leased), in order, all on the database clock.
 	type step struct {
@@ -189,6 +195,15 @@ func TestRetryAfterUsesDatabaseClock(t *testing.T) {
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	// The row storage's enqueue (an insert, attempts 0) is not a step. In
+	// batch storage the first attempt is claimed with its batch, not as a
+	// row: the history starts with the retry its failure inserted.
+	if len(steps) > 0 && steps[0].newState == "available" && steps[0].attempts == 0 {
+		steps = steps[1:]
+	}
+	if len(steps) > 0 && steps[0].newState == "available" && testStorage() == pgoutbox.StorageBatch {
+		steps = append([]step{{newState: "leased (from its batch)", attempts: 1}}, steps...)
 	}
 	// Expect: leased(1), available, leased(2), available, leased(3), completed.
 	if len(steps) != 6 || steps[1].newState != "available" || steps[3].newState != "available" || steps[4].newState != "leased" || steps[5].newState != "completed" {

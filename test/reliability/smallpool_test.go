@@ -58,6 +58,7 @@ func testPoolOfTwo(t *testing.T, hold time.Duration) {
 			batch = append(batch, pgoutbox.Effect{Queue: "q", Type: typ, Key: typ + "-" + strconv.Itoa(i)})
 		}
 	}
+	d.useTestStorage(t, ctx, "q")
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		_, err := pgoutbox.EnqueueBatch(ctx, tx, batch)
 		return err
@@ -94,7 +95,7 @@ func testPoolOfTwo(t *testing.T, hold time.Duration) {
 	}
 	logs := &syncBuffer{}
 	client, err := pgoutbox.NewClient(pool, pgoutbox.Config{
-		Queues: map[string]pgoutbox.QueueConfig{"q": {Concurrency: 16, DeliveryTimeout: 3 * time.Second, RowLockLease: hold}},
+		Queues: withTestStorage(map[string]pgoutbox.QueueConfig{"q": {Concurrency: 16, DeliveryTimeout: 3 * time.Second, RowLockLease: hold}}),
 		Types: []pgoutbox.EffectType{
 			{Name: "plain", ReplaySafe: true, Handler: func(ctx context.Context, dl *pgoutbox.Delivery) error {
 				count(dl.ID)
@@ -138,9 +139,10 @@ func testPoolOfTwo(t *testing.T, hold time.Duration) {
 	waitFor(t, ctx, "the drain (a deadlock would stop it)", 20*time.Millisecond, func() bool {
 		maxBackends = max(maxBackends, d.scalar(t, ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name IN ('pgoutbox-smallpool', 'pgoutbox-listener')`))
-		return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effects WHERE state = 'completed'`) == total
+		return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effect_states WHERE state = 'completed'`) == total
 	})
 	drain := time.Since(t0)
+	d.checkStorage(t, ctx)
 	stat := pool.Stat()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

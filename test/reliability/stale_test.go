@@ -30,6 +30,7 @@ func testStaleWorker(t *testing.T, hold time.Duration) {
 	d := newDB(t)
 	const lease = 2 * time.Second
 	var ids []int64
+	d.useTestStorage(t, ctx, "q")
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		for _, e := range []pgoutbox.Effect{
 			{Queue: "q", Type: typeSafe, Key: "ok-1"},       // the stale worker will try to complete it
@@ -72,9 +73,10 @@ func testStaleWorker(t *testing.T, hold time.Duration) {
 		CallLog: filepath.Join(dir, "live.calls"), LogFile: filepath.Join(dir, "live.log"),
 	})
 	waitFor(t, ctx, "the live worker took over", 50*time.Millisecond, func() bool {
-		return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effects WHERE state IN ('completed', 'reconciliation_required')`) == int64(len(ids))
+		return d.scalar(t, ctx, `SELECT count(*) FROM pgoutbox.effect_states WHERE state IN ('completed', 'reconciliation_required')`) == int64(len(ids))
 	})
 	live.stop(t, ctx)
+	d.checkStorage(t, ctx)
 	before := snapshotRows(t, ctx, d)
 	if err := stale.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -101,13 +103,13 @@ func testStaleWorker(t *testing.T, hold time.Duration) {
 	for id, row := range before {
 		if after[id] != row {
 			changed++
-			t.Errorf("effect %d changed after the stale worker resumed:\nbefore %s\nafter  %s", id, row, after[id])
+			t.Errorf("%s changed after the stale worker resumed:\nbefore %s\nafter  %s", id, row, after[id])
 		}
 	}
 	var states []string
 	for _, id := range ids {
 		var st string
-		if err := d.pool.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effects WHERE id = $1`, id).Scan(&st); err != nil {
+		if err := d.pool.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effect_states WHERE id = $1`, id).Scan(&st); err != nil {
 			t.Fatal(err)
 		}
 		states = append(states, st)
@@ -121,16 +123,19 @@ func testStaleWorker(t *testing.T, hold time.Duration) {
 	})
 }
 
-// snapshotRows returns every effect row as JSON, by id.
-func snapshotRows(t *testing.T, ctx context.Context, d *db) map[int64]string {
+// snapshotRows returns every effect row, and every batch of batch
+// storage (its settled position and lease), as JSON, by "effect <id>" and
+// "batch <queue> <id>".
+func snapshotRows(t *testing.T, ctx context.Context, d *db) map[string]string {
 	t.Helper()
-	rows, err := d.pool.Query(ctx, `SELECT id, to_jsonb(e)::text FROM pgoutbox.effects e`)
+	rows, err := d.pool.Query(ctx, `SELECT 'effect ' || id, to_jsonb(e)::text FROM pgoutbox.effects e
+		UNION ALL SELECT 'batch ' || queue || ' ' || id, to_jsonb(b)::text FROM pgoutbox.stream_batches b`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int64]string{}
+	out := map[string]string{}
 	for rows.Next() {
-		var id int64
+		var id string
 		var s string
 		if err := rows.Scan(&id, &s); err != nil {
 			t.Fatal(err)

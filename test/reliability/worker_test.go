@@ -67,6 +67,9 @@ type workerSpec struct {
 	// when its call starts and "E <tag> <okey> <ns>" when it succeeds; one
 	// whose payload says "flaky" fails its first attempt (a retry).
 	OrderLog string `json:"order_log"`
+	// Storage is the queue's QueueConfig.Storage; empty: the test
+	// matrix's (withTestStorage).
+	Storage pgoutbox.Storage `json:"storage"`
 }
 
 // workerMain runs one worker process until its stdin closes (then stops
@@ -168,8 +171,9 @@ func workerMain(raw string) int {
 		return nil
 	}
 	cfg := pgoutbox.Config{
-		ID:            s.Owner,
-		Queues:        map[string]pgoutbox.QueueConfig{s.Queue: {Concurrency: s.Concurrency, DeliveryTimeout: s.Timeout, RowLockLease: s.RowLock}},
+		ID: s.Owner,
+		Queues: withTestStorage(map[string]pgoutbox.QueueConfig{s.Queue: {Concurrency: s.Concurrency, DeliveryTimeout: s.Timeout,
+			RowLockLease: s.RowLock, Storage: s.Storage}}),
 		Types:         []pgoutbox.EffectType{{Name: typeSafe, ReplaySafe: true, Handler: handler}, {Name: typeDispatch, Handler: handler}},
 		Logger:        slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		LeaseDuration: s.Lease,
@@ -425,7 +429,7 @@ func account(t *testing.T, ctx context.Context, d *db, want enqueued, calls []ca
 	t.Helper()
 	l := ledger{Enqueued: len(want), States: map[string]int{}, Calls: len(calls), TornLines: torn,
 		callsByID: map[int64][]call{}, stateByID: map[int64]string{}}
-	rows, err := d.pool.Query(ctx, `SELECT id, state::text, delivery_started_at IS NOT NULL FROM pgoutbox.effects`)
+	rows, err := d.pool.Query(ctx, `SELECT id, state::text, delivery_started_at IS NOT NULL FROM pgoutbox.effect_states`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,6 +492,7 @@ func account(t *testing.T, ctx context.Context, d *db, want enqueued, calls []ca
 		}
 	}
 	slices.Sort(l.dupIDs)
+	d.checkStorage(t, ctx)
 	return l
 }
 
