@@ -186,7 +186,7 @@ func (q *queueWorker) deliverBatch(ctx context.Context, b store.Batch) (int, err
 		return out
 	}
 	next := readPage(b.DoneThrough)
-	pool := &chainPool{q: q, tasks: make(chan chainTask)}
+	pool := &runPool{q: q, tasks: make(chan runTask)}
 	defer pool.close()
 	for {
 		r := <-next
@@ -218,7 +218,7 @@ func (q *queueWorker) deliverBatch(ctx context.Context, b store.Batch) (int, err
 }
 
 // pageRun is one effect of a page: how it ended. The page's mutex guards
-// every field once the chains run.
+// every field once the runs start.
 type pageRun struct {
 	cl      store.Claimed
 	d       *Delivery
@@ -236,7 +236,7 @@ type pageRun struct {
 // unrun moves r's effect to pgoutbox.effects without running it.
 func (r *pageRun) unrun() { r.move = &store.Move{Effect: r.cl, State: string(StateAvailable)} }
 
-// pageState is what a page's chains share; mu guards it and every run.
+// pageState is what the runs of a page share; mu guards it and every run.
 type pageState struct {
 	mu    sync.Mutex
 	runs  []pageRun
@@ -247,29 +247,29 @@ type pageState struct {
 	settled chan struct{}
 }
 
-// chainPool runs the chains of a batch's pages on an elastic pool of
-// workers that lives as long as the batch: a chain goes to an idle worker
-// when there is one, else to a new worker, up to Concurrency, else waits
-// for one. Fast handlers keep a few workers busy; slow ones get up to
-// Concurrency. A goroutine per chain, each growing its stack and
+// runPool runs the effects of a batch's pages on an elastic pool of
+// workers that lives as long as the batch: an effect goes to an idle
+// worker when there is one, else to a new worker, up to Concurrency, else
+// waits for one. Fast handlers keep a few workers busy; slow ones get up
+// to Concurrency. A goroutine per effect, each growing its stack and
 // contending for its page's mutex, cost more than the handlers of a page
 // of no-op deliveries.
-type chainPool struct {
+type runPool struct {
 	q       *queueWorker
-	tasks   chan chainTask
+	tasks   chan runTask
 	workers atomic.Int64 // started
 }
 
-// chainTask is a chain of page p to run; done is told when it ended.
-type chainTask struct {
-	p     *pageState
-	chain []int
-	done  *sync.WaitGroup
+// runTask is run i of page p; done is told when it ended.
+type runTask struct {
+	p    *pageState
+	i    int
+	done *sync.WaitGroup
 }
 
-func (c *chainPool) work(t chainTask) {
+func (c *runPool) work(t runTask) {
 	for ok := true; ok; t, ok = <-c.tasks {
-		c.q.runChain(t.p, t.chain)
+		c.q.runOne(t.p, t.i)
 		t.done.Done()
 		c.q.c.life.DeliveryDone()
 	}
@@ -277,7 +277,7 @@ func (c *chainPool) work(t chainTask) {
 
 // run hands t to a worker; false: the page was settled (cut) before one
 // was free, and t was not run.
-func (c *chainPool) run(t chainTask) bool {
+func (c *runPool) run(t runTask) bool {
 	t.done.Add(1)
 	c.q.c.life.AddDelivery()
 	select {
@@ -300,22 +300,22 @@ func (c *chainPool) run(t chainTask) bool {
 	}
 }
 
-// close lets the idle workers end; the busy ones end after their chain.
+// close lets the idle workers end; the busy ones end after their run.
 // No page may be dispatching any more.
-func (c *chainPool) close() { close(c.tasks) }
+func (c *runPool) close() { close(c.tasks) }
 
 // deliverPage delivers one page of b and settles it through through (last:
 // the batch is done). Effects that must not run from a batch, and those
-// behind a held ordering key, move to pgoutbox.effects unrun; the others
-// run, up to Concurrency at a time, the effects of one ordering key one
-// after another in id order. The page waits for its handlers at most
+// behind a held ordering key, and an ordering key's effects after its
+// first, move to pgoutbox.effects unrun; the others run, up to Concurrency
+// at a time. The page waits for its handlers at most
 // PageHold: the ones still running then are promoted to durable leases in
 // pgoutbox.effects (as a row-lock batch promotes its slow effects), the
 // ones not started yet move there unrun, and the page settles at once, so
 // a slow handler holds its batch, and the queue, for PageHold at most. A
 // promoted delivery completes or fails in pgoutbox.effects under its own
 // lease. found is false when the lease was lost.
-func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.Batch, page []store.Claimed, through int64,
+func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Batch, page []store.Claimed, through int64,
 	last bool) (bool, error) {
 	if b.Relet {
 		// The batch's former holder let its lease expire unsettled: it may
@@ -354,24 +354,27 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.
 			return false, err
 		}
 	}
-	// Chains: one per ordering key (its effects in id order), one per
-	// unordered effect.
+	// Of an ordering key's effects only the first runs from the batch; the
+	// later ones move to pgoutbox.effects unrun, behind it, when the page
+	// settles, and the row storage delivers them one after another. A
+	// page's outcomes are written only when it settles: had it run a key's
+	// effects one after another, a consumer dying before the settle would
+	// have them all delivered again after the later ones succeeded, where
+	// the ordering guarantee repeats only a key's head (test/reliability's
+	// ordering checker found it).
 	runs := p.runs
-	var chains [][]int
-	byKey := map[string]int{}
+	var order []int // the runs to start, in id order
+	keyRuns := map[string]bool{}
 	for i, cl := range page {
 		runs[i].cl = cl
-		if cl.OrderingKey == "" {
-			chains = append(chains, []int{i})
-			continue
+		if cl.OrderingKey != "" {
+			if keyRuns[cl.OrderingKey] {
+				runs[i].unrun()
+				continue
+			}
+			keyRuns[cl.OrderingKey] = true
 		}
-		c, ok := byKey[cl.OrderingKey]
-		if !ok {
-			c = len(chains)
-			byKey[cl.OrderingKey] = c
-			chains = append(chains, nil)
-		}
-		chains[c] = append(chains[c], i)
+		order = append(order, i)
 	}
 	var wg sync.WaitGroup
 	dispatched, allDone := make(chan struct{}), make(chan struct{})
@@ -379,20 +382,20 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *chainPool, b store.
 		defer close(allDone)
 		func() {
 			defer close(dispatched)
-			for _, chain := range chains {
+			for _, i := range order {
 				select {
 				case <-p.settled:
-					return // cut: the rest of the chains were moved unrun
+					return // cut: the rest were moved unrun
 				default:
 				}
-				if !pool.run(chainTask{p: p, chain: chain, done: &wg}) {
+				if !pool.run(runTask{p: p, i: i, done: &wg}) {
 					return
 				}
 			}
 		}()
 		wg.Wait()
 	}()
-	// The pool outlives the page: no chain of it may be handed out after
+	// The pool outlives the page: no run of it may be handed out after
 	// the page returns.
 	defer func() { <-dispatched }()
 	hold := time.NewTimer(q.cfg.PageHold)
@@ -483,61 +486,54 @@ func pageCompletions(runs []pageRun, now time.Time) []store.PageCompleted {
 	return out
 }
 
-// runChain runs one chain of a page p (its effects in order) until it ends
-// or the page is cut; a promoted delivery is finished in the row storage
-// once the page is settled.
-func (q *queueWorker) runChain(p *pageState, chain []int) {
-	blocked := p.held[p.runs[chain[0]].cl.OrderingKey]
-	for _, i := range chain {
-		r := &p.runs[i]
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			return
-		}
-		if blocked || !q.runsFromBatch(r.cl) {
-			r.unrun()
-			blocked = r.cl.OrderingKey != ""
-			p.mu.Unlock()
-			continue
-		}
-		q.prepareRun(r)
+// runOne runs the effect of p's run i unless the page was cut or it must
+// not run from the batch (then it moves to pgoutbox.effects unrun); a
+// promoted delivery is finished in the row storage once the page settled.
+func (q *queueWorker) runOne(p *pageState, i int) {
+	r := &p.runs[i]
+	p.mu.Lock()
+	if p.cut {
 		p.mu.Unlock()
-		// Counted in the queue's deliveries in flight, which the row claim
-		// loop (the exceptions) leaves room for.
-		q.inflight.Add(1)
-		herr := q.deliverer.Handle(r.runCtx, r.job)
-		p.mu.Lock()
-		r.done, r.err = true, herr
-		promoted := r.promote != nil
-		if !promoted && herr != nil {
+		return
+	}
+	if p.held[r.cl.OrderingKey] || !q.runsFromBatch(r.cl) {
+		r.unrun()
+		p.mu.Unlock()
+		return
+	}
+	q.prepareRun(r)
+	p.mu.Unlock()
+	// Counted in the queue's deliveries in flight, which the row claim
+	// loop (the exceptions) leaves room for.
+	q.inflight.Add(1)
+	defer func() {
+		q.inflight.Add(-1)
+		signal(q.freed)
+	}()
+	herr := q.deliverer.Handle(r.runCtx, r.job)
+	p.mu.Lock()
+	r.done, r.err = true, herr
+	if r.promote == nil {
+		if herr != nil {
 			m := q.failedMove(r.cl, herr)
 			if errors.Is(context.Cause(r.runCtx), errShutdown) && m.State == string(StateAvailable) {
 				m.Delay = 0 // interrupted by Stop: released at once
 			}
 			r.move = &m
-			blocked = blocked || r.cl.OrderingKey != ""
 		}
-		if !promoted {
-			// Its context hangs on the Client's work context until
-			// cancelled: a context per delivered effect grew the worker by
-			// about 1 KB an effect.
-			r.cancel(nil)
-		}
+		// Its context hangs on the Client's work context until cancelled:
+		// a context per delivered effect grew the worker by about 1 KB an
+		// effect.
+		r.cancel(nil)
 		p.mu.Unlock()
-		if promoted {
-			<-p.settled
-			p.mu.Lock()
-			found := p.found
-			p.mu.Unlock()
-			q.finishPromoted(r, herr, found)
-		}
-		q.inflight.Add(-1)
-		signal(q.freed)
-		if promoted {
-			return
-		}
+		return
 	}
+	p.mu.Unlock()
+	<-p.settled
+	p.mu.Lock()
+	found := p.found
+	p.mu.Unlock()
+	q.finishPromoted(r, herr, found)
 }
 
 // runsFromBatch reports whether cl may be delivered from its batch: a
