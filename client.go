@@ -151,7 +151,12 @@ func (c *Client) Start(ctx context.Context) error {
 // cancels the rest; an interrupted replay-safe effect is released to
 // available, an interrupted non-replay-safe one whose delivery started goes
 // to reconciliation_required. Stop returns when every goroutine has exited.
-// Handlers must honour their context.
+// A statement of the client's own loops in flight when Stop begins (a
+// claim, a sweep, park or prune statement, a heartbeat, a sample, a lease
+// extension) runs to its end, for at most 15 s more, and none starts
+// after: one cut short went on running on the server after Stop returned,
+// as pgx closes its connection in the background. Handlers must honour
+// their context.
 func (c *Client) Stop(ctx context.Context) error {
 	ran, err := c.life.Stop(ctx, errShutdown)
 	if err != nil {
@@ -173,10 +178,15 @@ func finishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 // SweepInterval) and returns how many it moved; then it un-parks the parked
 // effects nothing blocks any more and parks the waiting followers of
 // blocked ordering keys (docs/ordering.md, "Parking").
-func (c *Client) Sweep(ctx context.Context) (int, error) {
+func (c *Client) Sweep(ctx context.Context) (int, error) { return c.sweep(pass{ctx: ctx}) }
+
+// sweep is Sweep, each statement run by p.
+func (c *Client) sweep(p pass) (int, error) {
 	total := 0
 	for {
-		rescued, err := store.Sweep(ctx, c.pool, c.cfg.SweepBatch, 0)
+		rescued, err := stmt(p, func(ctx context.Context) ([]store.Rescued, error) {
+			return store.Sweep(ctx, c.pool, c.cfg.SweepBatch, 0)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: sweep: %w", err)
 		}
@@ -192,7 +202,7 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	return total, c.park(ctx)
+	return total, c.park(p)
 }
 
 // park is the sweeper's parking pass (docs/ordering.md, "Parking"): it
@@ -200,9 +210,11 @@ func (c *Client) Sweep(ctx context.Context) (int, error) {
 // blocks any more (the safety net behind the un-park trigger), then parks
 // the waiting followers of blocked ordering keys that wait behind at least
 // store.ParkBehindDefault (32) others, so the claim scan skips them.
-func (c *Client) park(ctx context.Context) error {
+func (c *Client) park(p pass) error {
 	for {
-		queues, err := store.Unpark(ctx, c.pool, c.cfg.SweepBatch)
+		queues, err := stmt(p, func(ctx context.Context) ([]string, error) {
+			return store.Unpark(ctx, c.pool, c.cfg.SweepBatch)
+		})
 		if err != nil {
 			return fmt.Errorf("pgoutbox: unpark: %w", err)
 		}
@@ -216,7 +228,9 @@ func (c *Client) park(ctx context.Context) error {
 		}
 	}
 	for {
-		n, err := store.Park(ctx, c.pool, "", store.ParkBehindDefault, c.cfg.SweepBatch)
+		n, err := stmt(p, func(ctx context.Context) (int64, error) {
+			return store.Park(ctx, c.pool, "", store.ParkBehindDefault, c.cfg.SweepBatch)
+		})
 		if err != nil {
 			return fmt.Errorf("pgoutbox: park: %w", err)
 		}
@@ -236,10 +250,15 @@ func (c *Client) park(ctx context.Context) error {
 // older than CompletedRetention, and the records of row-lock batches
 // that died holding effects which have all moved on since (none counted in
 // the result).
-func (c *Client) Prune(ctx context.Context) (int64, error) {
+func (c *Client) Prune(ctx context.Context) (int64, error) { return c.prune(pass{ctx: ctx}) }
+
+// prune is Prune, each statement run by p.
+func (c *Client) prune(p pass) (int64, error) {
 	var total int64
 	for {
-		n, err := store.Prune(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.PruneBatch)
+		n, err := stmt(p, func(ctx context.Context) (int64, error) {
+			return store.Prune(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.PruneBatch)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: prune: %w", err)
 		}
@@ -249,7 +268,9 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 		}
 	}
 	for {
-		n, err := store.PruneKeys(ctx, c.pool, c.cfg.KeyRetention, c.cfg.PruneBatch)
+		n, err := stmt(p, func(ctx context.Context) (int64, error) {
+			return store.PruneKeys(ctx, c.pool, c.cfg.KeyRetention, c.cfg.PruneBatch)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: prune keys: %w", err)
 		}
@@ -258,7 +279,9 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 		}
 	}
 	for {
-		n, err := store.PruneNotifyPending(ctx, c.pool, c.cfg.PruneBatch)
+		n, err := stmt(p, func(ctx context.Context) (int64, error) {
+			return store.PruneNotifyPending(ctx, c.pool, c.cfg.PruneBatch)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: prune notify_pending: %w", err)
 		}
@@ -268,11 +291,16 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 	}
 	// The stream's generations (batch storage): emptied by TRUNCATE once
 	// settled and closed for CompletedRetention, rotated after as long.
-	if _, err := store.StreamMaintain(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.CompletedRetention); err != nil {
+	if err := p.do(func(ctx context.Context) error {
+		_, err := store.StreamMaintain(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.CompletedRetention)
+		return err
+	}); err != nil {
 		return total, fmt.Errorf("pgoutbox: maintain the stream: %w", err)
 	}
 	for {
-		n, err := store.PruneSettled(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.PruneBatch)
+		n, err := stmt(p, func(ctx context.Context) (int64, error) {
+			return store.PruneSettled(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.PruneBatch)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: prune stream_settled: %w", err)
 		}
@@ -281,7 +309,9 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 		}
 	}
 	for {
-		n, err := store.PruneLockClaims(ctx, c.pool, c.cfg.PruneBatch)
+		n, err := stmt(p, func(ctx context.Context) (int64, error) {
+			return store.PruneLockClaims(ctx, c.pool, c.cfg.PruneBatch)
+		})
 		if err != nil {
 			return total, fmt.Errorf("pgoutbox: prune lock_claims: %w", err)
 		}
@@ -291,7 +321,10 @@ func (c *Client) Prune(ctx context.Context) (int64, error) {
 	}
 }
 
+// maintain runs the sweeper and the pruning until ctx, the run context,
+// ends. Stop ends it between statements, never in one (finishing pass).
 func (c *Client) maintain(ctx context.Context) {
+	p := pass{ctx: ctx, finish: true}
 	tick := func(d time.Duration) <-chan time.Time {
 		if d < 0 {
 			return nil
@@ -306,7 +339,7 @@ func (c *Client) maintain(ctx context.Context) {
 	if sweep != nil {
 		// A backlog of blocked followers enqueued while no client ran is
 		// parked now, not one sweep interval later.
-		if err := c.park(ctx); ctx.Err() == nil {
+		if err := c.park(p); ctx.Err() == nil {
 			sweeps.Report(err)
 		}
 	}
@@ -315,15 +348,47 @@ func (c *Client) maintain(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-sweep:
-			if _, err := c.Sweep(ctx); ctx.Err() == nil {
+			if _, err := c.sweep(p); ctx.Err() == nil {
 				sweeps.Report(err)
 			}
 		case <-prune:
-			if _, err := c.Prune(ctx); ctx.Err() == nil {
+			if _, err := c.prune(p); ctx.Err() == nil {
 				prunes.Report(err)
 			}
 		}
 	}
+}
+
+// pass runs the statements of a maintenance pass (sweep, park, prune), each
+// only while ctx lasts. Under a finishing pass (the maintenance loop's) a
+// statement that has begun runs to its end when ctx ends meanwhile, bounded
+// (engine.Outlive), and the pass stops before the next one: a statement
+// cut short went on running on the server after Stop returned, since pgx
+// closes its connection in the background (a cancel request, then
+// Terminate), and showed as a transaction open after Stop.
+type pass struct {
+	ctx    context.Context
+	finish bool
+}
+
+// do runs one statement of the pass.
+func (p pass) do(statement func(ctx context.Context) error) error {
+	_, err := stmt(p, func(ctx context.Context) (struct{}, error) { return struct{}{}, statement(ctx) })
+	return err
+}
+
+// stmt runs one statement of pass p and returns its result.
+func stmt[T any](p pass, statement func(ctx context.Context) (T, error)) (T, error) {
+	if err := p.ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	if !p.finish {
+		return statement(p.ctx)
+	}
+	ctx, cancel := engine.Outlive(p.ctx)
+	defer cancel()
+	return statement(ctx)
 }
 
 // extendLeases extends the leases of every in-flight delivery now (the

@@ -36,7 +36,9 @@ type WorkerHeartbeat struct {
 	Log *slog.Logger
 }
 
-// Run beats now and every Interval until ctx ends, then deletes the row.
+// Run beats now and every Interval until ctx ends, then deletes the row. A
+// beat in flight when ctx ends runs to its end first (for at most 15 s
+// more).
 func (h *WorkerHeartbeat) Run(ctx context.Context) {
 	hb := engine.Heartbeat{DB: h.Pool, ID: h.ID, Interval: h.Interval, Log: h.Log, Queues: h.Queues, Started: h.Started}
 	if hb.Interval <= 0 {

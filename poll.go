@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pgoutbox/pgoutbox/internal/engine"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -68,9 +69,15 @@ func (q *queueWorker) noteDue(d time.Duration) {
 // scheduleDue asks the database when the queue's next not-yet-claimable
 // effect falls due, after a claim that found fewer effects than it asked for
 // when the loop is about to idle for longer than activePollInterval. A failure is ignored: the poll covers it, and
-// the next claim reports an outage.
+// the next claim reports an outage. It does not start once ctx (the run
+// context) ended, and its end does not cut it short (engine.Outlive).
 func (q *queueWorker) scheduleDue(ctx context.Context) {
-	if d, ok, err := store.NextDue(ctx, q.c.pool, q.name); err == nil && ok {
+	if ctx.Err() != nil {
+		return
+	}
+	fctx, cancel := engine.Outlive(ctx)
+	defer cancel()
+	if d, ok, err := store.NextDue(fctx, q.c.pool, q.name); err == nil && ok {
 		q.noteDue(d)
 	}
 }

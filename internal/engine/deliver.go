@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,40 @@ const FinishTimeout = 15 * time.Second
 // delivery's own cancellation but is still bounded.
 func FinishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
+}
+
+// Outlive returns a context for a statement that the end of ctx must not
+// cut short: it ends FinishTimeout after ctx ends (or when cancel is
+// called), never sooner, so a loop's statement in flight when a shutdown
+// cancels the loop finishes while the shutdown waits, bounded, and a
+// statement while ctx lasts has no deadline of its own. Cut short, pgx
+// closes the connection in the background (a cancel request, then
+// Terminate), so the statement went on running on the server after the
+// shutdown returned.
+func Outlive(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(FinishTimeout, cancel)
+		}
+	})
+	return out, func() {
+		stop()
+		mu.Lock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // TxFunc is a write that joins a completion transaction.

@@ -72,7 +72,8 @@ type Extender struct {
 	Log *slog.Logger
 }
 
-// Run extends every interval until ctx ends.
+// Run extends every interval until ctx ends. The end of ctx never cuts an
+// extension short (it runs under Outlive).
 func (e *Extender) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -81,7 +82,9 @@ func (e *Extender) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			e.ExtendNow(ctx)
+			fctx, cancel := Outlive(ctx)
+			e.ExtendNow(fctx)
+			cancel()
 		}
 	}
 }

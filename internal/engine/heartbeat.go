@@ -28,10 +28,13 @@ type Heartbeat struct {
 }
 
 // Run beats now and every Interval until ctx ends, then deletes the row.
-// A database outage is logged once (Outage).
+// A database outage is logged once (Outage). The end of ctx never cuts a
+// beat short (it runs under Outlive): cut short, it went on running on the
+// server after Run returned, and could write the row again after the
+// delete.
 func (h *Heartbeat) Run(ctx context.Context) {
 	out := Outage{Log: h.Log, What: "worker heartbeat"}
-	out.Report(h.Beat(ctx))
+	out.Report(h.finishBeat(ctx))
 	t := time.NewTicker(h.Interval)
 	defer t.Stop()
 	for {
@@ -46,10 +49,17 @@ func (h *Heartbeat) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			if ctx.Err() == nil {
-				out.Report(h.Beat(ctx))
+				out.Report(h.finishBeat(ctx))
 			}
 		}
 	}
+}
+
+// finishBeat is Beat under Outlive(ctx).
+func (h *Heartbeat) finishBeat(ctx context.Context) error {
+	fctx, cancel := Outlive(ctx)
+	defer cancel()
+	return h.Beat(fctx)
 }
 
 // Beat writes one heartbeat now.

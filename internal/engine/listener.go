@@ -67,7 +67,11 @@ func (l *Listener) once(ctx context.Context, down *bool) (connected bool, err er
 		return false, err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, store.ListenSQL); err != nil {
+	// The end of ctx does not cut the LISTEN short (Outlive).
+	lctx, cancel := Outlive(ctx)
+	_, err = conn.Exec(lctx, store.ListenSQL)
+	cancel()
+	if err != nil {
 		return false, err
 	}
 	if *down {

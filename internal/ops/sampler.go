@@ -175,7 +175,8 @@ func NewSampler(db store.DBTX, stats *StatsCache, src Source, cfg SamplerConfig)
 
 // Run samples every interval until ctx ends, then returns nil. A failure
 // is logged once per outage (engine.Outage) and the next interval tries
-// again.
+// again. The end of ctx never cuts a sample short (it runs under
+// engine.Outlive).
 func (s *Sampler) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
@@ -185,7 +186,10 @@ func (s *Sampler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if _, err := s.Sample(ctx); ctx.Err() == nil {
+			fctx, cancel := engine.Outlive(ctx)
+			_, err := s.Sample(fctx)
+			cancel()
+			if ctx.Err() == nil {
 				out.Report(err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/ops"
+	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
 // TestSamplerWithRealClient runs a real Client, lets it deliver effects
@@ -152,5 +153,39 @@ func TestSamplerRunStopsWithContext(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The end of Run's context never cuts a sample short: cut short, pgx
+// closes the connection in the background, so the sample's statement went
+// on running on the server after Run returned (a Client's Stop left a
+// transaction open). The first statement of a sample is held
+// (pgtest.Gate) while the context ends; it must still be sent under a live
+// one.
+func TestSamplerRunFinishesTheSampleInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := pgtest.NewGate(func(string) bool { return true })
+	pool := g.Pool(t, b.dsn)
+	sampler := ops.NewSampler(pool, ops.NewStatsCache(pool, ops.StatusOptions{}, 0),
+		&fixedSource{counters: map[string]ops.QueueCounters{}}, ops.SamplerConfig{Interval: time.Millisecond})
+	g.Arm()
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sampler.Run(ctx) }()
+	select {
+	case <-g.Held():
+	case <-b.ctx.Done():
+		t.Fatal("the sampler sent no statement")
+	}
+	cancel()
+	g.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-g.Done()
+	if g.Ended() {
+		t.Error("the sample in flight when Run's context ended was sent under that context")
 	}
 }
