@@ -319,20 +319,26 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 	last bool) (bool, error) {
 	if b.Relet {
 		// The batch's former holder let its lease expire unsettled: it may
-		// have died delivering one of these. Each moves to the row storage
-		// with the attempt counted, where a durable lease counts the next,
-		// so an effect that kills its consumer is dead-lettered after
-		// max_attempts, as in the row storage.
+		// have died delivering one of these. Each moves to the row storage,
+		// where a durable lease counts every attempt, so an effect that
+		// kills its consumer is dead-lettered after max_attempts, as in the
+		// row storage. The effects that may have run from the batch (the
+		// first of each ordering key) have that attempt recorded, but none
+		// is dead-lettered here: whether it was called is not known, and
+		// an effect with max_attempts 1 would be dead-lettered uncalled;
+		// replay-safe, it may rather be called once more.
 		moves := make([]store.Move, len(page))
+		keyRan := map[string]bool{}
 		for i, cl := range page {
-			moves[i] = store.Move{Effect: cl, State: string(StateAvailable), Attempts: 1,
-				Error: "the batch lease expired before this page was settled; delivered again under a durable lease"}
-			switch {
-			case !q.runsFromBatch(cl):
-				moves[i].Attempts, moves[i].Error = 0, "" // never run from a batch
-			case cl.MaxAttempts <= 1:
-				moves[i].State = string(StateDeadLetter)
+			moves[i] = store.Move{Effect: cl, State: string(StateAvailable)}
+			if !q.runsFromBatch(cl) || (cl.OrderingKey != "" && keyRan[cl.OrderingKey]) {
+				continue // never run from a batch
 			}
+			if cl.OrderingKey != "" {
+				keyRan[cl.OrderingKey] = true
+			}
+			moves[i].Attempts = 1
+			moves[i].Error = "the batch lease expired before this page was settled; delivered again under a durable lease"
 		}
 		sctx, cancel := finishCtx(ctx)
 		defer cancel()
