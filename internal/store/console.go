@@ -256,22 +256,36 @@ func ListEffects(ctx context.Context, db DBTX, f EffectFilter, beforeID int64, l
 	}
 	sql := listSQL(f)
 	args := []any{f.Queue, f.State, f.Type, f.KeyPrefix, f.ErrorText, beforeID, limit, f.OrderingKey}
-	b, ok := db.(interface {
-		Begin(context.Context) (pgx.Tx, error)
-	})
-	if !ok || !noJIT(sql) {
+	if !noJIT(sql) {
 		return collectEffectRows(db.Query(ctx, sql, args...))
 	}
 	var out []EffectRow
-	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
-			return err
-		}
+	err := withoutJIT(ctx, db, func(q DBTX) error {
 		var err error
-		out, err = collectEffectRows(tx.Query(ctx, sql, args...))
+		out, err = collectEffectRows(q.Query(ctx, sql, args...))
 		return err
 	})
 	return out, MapError(err)
+}
+
+// withoutJIT runs fn with jit off: in a transaction of its own, or a
+// savepoint when db is a transaction (whose jit is then off until it
+// ends). The statements that read pgoutbox.stream_pending, or test stream
+// rows against their batches, are estimated far above what they cost, past
+// jit_above_cost: compiling them took seconds for a query of milliseconds.
+func withoutJIT(ctx context.Context, db DBTX, fn func(DBTX) error) error {
+	b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return fn(db)
+	}
+	return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 const effectsByIDSQL = `
