@@ -43,14 +43,15 @@ func TestEffectsOfABatchQueue(t *testing.T) {
 		return id
 	}
 	// Ids alternate between a rows queue and the batch queue; two of the
-	// batch queue's effects share an ordering key.
+	// batch queue's effects have ordering keys, each its own (a page runs
+	// one effect of a key; a key's later ones would become rows).
 	var all, batch []string
 	for i := range 3 {
 		r := enqueue(pgoutbox.Effect{Queue: "rq", Type: "rt", Key: fmt.Sprintf("r-%d", i)})
 		f := pgoutbox.Effect{Queue: "bq", Type: "bt", Key: fmt.Sprintf("b-%d", i),
 			Payload: map[string]string{"record_id": fmt.Sprintf("rec-%d", i)}}
 		if i < 2 {
-			f.OrderingKey = "acct-9"
+			f.OrderingKey = fmt.Sprintf("acct-%d", 9-2*i) // acct-9, acct-7
 		}
 		s := enqueue(f)
 		all = append(all, strconv.FormatInt(r, 10), strconv.FormatInt(s, 10))
@@ -105,8 +106,8 @@ func TestEffectsOfABatchQueue(t *testing.T) {
 		"?type=bt":                             batch,
 		"?key=b-":                              batch,
 		"?queue=bq&key=b-1":                    batch[1:2],
-		"?ordering_key=acct-9":                 batch[1:],
-		"?ordering_key=acct-9&state=available": batch[1:],
+		"?ordering_key=acct-9":                 batch[2:],
+		"?ordering_key=acct-9&state=available": batch[2:],
 		"?queue=bq&ordering_key=acct-9&state=leased": nil,
 		"?queue=bq&error=boom":                       nil,
 		"?queue=bq&state=dead_letter":                nil,
@@ -186,7 +187,7 @@ func TestEffectsOfABatchQueue(t *testing.T) {
 		"?queue=bq":                         batch,
 		"?queue=bq&state=leased":            batch,
 		"?queue=bq&state=available":         nil,
-		"?ordering_key=acct-9&state=leased": batch[1:],
+		"?ordering_key=acct-9&state=leased": batch[2:],
 	})
 	open()
 	pgtest.WaitFor(t, e.ctx, "the batch settled", func() bool {
@@ -199,7 +200,7 @@ func TestEffectsOfABatchQueue(t *testing.T) {
 		"?queue=bq&state=completed":            batch,
 		"?queue=bq&state=available":            nil,
 		"?ordering_key=acct-9&state=available": nil,
-		"?ordering_key=acct-9":                 batch[1:],
+		"?ordering_key=acct-9":                 batch[2:],
 	})
 	if n := e.count(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'bq'`); n != 0 {
 		t.Fatalf("%d of the batch queue's effects became rows, want none: the test would not show the stream", n)
