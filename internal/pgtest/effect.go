@@ -15,7 +15,8 @@ type Effect struct {
 	Token   *string
 	Expires *time.Time
 	Started *time.Time
-	// AvailableIn is available_at - now(), in seconds.
+	// AvailableIn is available_at - now(), in seconds (+Inf for a parked
+	// effect, whose available_at is infinity: migration 00014).
 	AvailableIn float64
 	LastError   *string
 }
@@ -27,7 +28,7 @@ func ReadEffect(tb testing.TB, ctx context.Context, db Querier, id int64) Effect
 	var e Effect
 	err := db.QueryRow(ctx, `
 		SELECT state::text, attempts, lease_token::text, lease_expires_at, delivery_started_at,
-		       extract(epoch FROM available_at - now())::float8, last_error
+		       (extract(epoch FROM available_at) - extract(epoch FROM now()))::float8, last_error
 		FROM pgoutbox.effect_states WHERE id = $1`, id).
 		Scan(&e.State, &e.Attempts, &e.Token, &e.Expires, &e.Started, &e.AvailableIn, &e.LastError)
 	if err != nil {
