@@ -328,14 +328,11 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 		// an effect with max_attempts 1 would be dead-lettered uncalled;
 		// replay-safe, it may rather be called once more.
 		moves := make([]store.Move, len(page))
-		keyRan := map[string]bool{}
+		first := firstOfKeys(page)
 		for i, cl := range page {
 			moves[i] = store.Move{Effect: cl, State: string(StateAvailable)}
-			if !q.runsFromBatch(cl) || (cl.OrderingKey != "" && keyRan[cl.OrderingKey]) {
+			if !q.runsFromBatch(cl) || !first[i] {
 				continue // never run from a batch
-			}
-			if cl.OrderingKey != "" {
-				keyRan[cl.OrderingKey] = true
 			}
 			moves[i].Attempts = 1
 			moves[i].Error = "the batch lease expired before this page was settled; delivered again under a durable lease"
@@ -370,15 +367,12 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 	// ordering checker found it).
 	runs := p.runs
 	var order []int // the runs to start, in id order
-	keyRuns := map[string]bool{}
+	first := firstOfKeys(page)
 	for i, cl := range page {
 		runs[i].cl = cl
-		if cl.OrderingKey != "" {
-			if keyRuns[cl.OrderingKey] {
-				runs[i].unrun()
-				continue
-			}
-			keyRuns[cl.OrderingKey] = true
+		if !first[i] {
+			runs[i].unrun()
+			continue
 		}
 		order = append(order, i)
 	}
@@ -488,6 +482,21 @@ func pageCompletions(runs []pageRun, now time.Time) []store.PageCompleted {
 		slices.Sort(l)
 		rank := func(q float64) float64 { return l[int(math.Ceil(q*float64(len(l))))-1] }
 		out = append(out, store.PageCompleted{Type: typ, Count: int64(len(l)), LagP50: rank(0.5), LagP99: rank(0.99)})
+	}
+	return out
+}
+
+// firstOfKeys reports, for each effect of a page (in id order), whether
+// it may run from the batch as far as ordering goes: it has no ordering
+// key, or it is its key's first in the page.
+func firstOfKeys(page []store.Claimed) []bool {
+	out := make([]bool, len(page))
+	seen := map[string]bool{}
+	for i, cl := range page {
+		out[i] = cl.OrderingKey == "" || !seen[cl.OrderingKey]
+		if cl.OrderingKey != "" {
+			seen[cl.OrderingKey] = true
+		}
 	}
 	return out
 }
