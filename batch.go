@@ -186,7 +186,7 @@ func (q *queueWorker) deliverBatch(ctx context.Context, b store.Batch) (int, err
 		return out
 	}
 	next := readPage(b.DoneThrough)
-	pool := &runPool{q: q, tasks: make(chan runTask)}
+	pool := &runPool{q: q, tasks: make(chan *pageWork)}
 	defer pool.close()
 	for {
 		r := <-next
@@ -248,60 +248,125 @@ type pageState struct {
 }
 
 // runPool runs the effects of a batch's pages on an elastic pool of
-// workers that lives as long as the batch: an effect goes to an idle
-// worker when there is one, else to a new worker, up to Concurrency, else
-// waits for one. Fast handlers keep a few workers busy; slow ones get up
-// to Concurrency. A goroutine per effect, each growing its stack and
+// workers that lives as long as the batch. A page is offered to the pool
+// (pageWork); its workers take its runs one by one from a shared index,
+// so that handing an effect to a worker costs an atomic add, not a
+// channel send and a goroutine's wake-up. A page wakes idle workers, or
+// starts new ones up to Concurrency, as many as it has runs; a worker
+// whose page has no run left joins the newest page before it idles. Fast
+// handlers thus keep few workers busy for a page, slow ones up to
+// Concurrency. A goroutine per effect, each growing its stack and
 // contending for its page's mutex, cost more than the handlers of a page
-// of no-op deliveries.
+// of no-op deliveries; a channel send per effect still cost a fifth of
+// the Client's CPU in a drain.
 type runPool struct {
 	q       *queueWorker
-	tasks   chan runTask
-	workers atomic.Int64 // started
+	tasks   chan *pageWork
+	newest  atomic.Pointer[pageWork] // the page offered last
+	workers atomic.Int64             // started
 }
 
-// runTask is run i of page p; done is told when it ended.
-type runTask struct {
-	p    *pageState
-	i    int
-	done *sync.WaitGroup
+// pageWork is a page's runs to start, in id order, as the pool's workers
+// take them.
+type pageWork struct {
+	p     *pageState
+	order []int        // the runs to start, in id order
+	next  atomic.Int64 // the index in order of the next run to take
+	left  sync.WaitGroup
+	// taken is closed once every run was taken (or cut): offering the
+	// page to more workers is moot.
+	taken     chan struct{}
+	takenOnce sync.Once
 }
 
-func (c *runPool) work(t runTask) {
-	for ok := true; ok; t, ok = <-c.tasks {
-		c.q.runOne(t.p, t.i)
-		t.done.Done()
-		c.q.c.life.DeliveryDone()
+func newPageWork(p *pageState, order []int) *pageWork {
+	w := &pageWork{p: p, order: order, taken: make(chan struct{})}
+	w.left.Add(len(order))
+	return w
+}
+
+// take returns the next run of w to start; false when none is left.
+func (w *pageWork) take() (int, bool) {
+	i := w.next.Add(1) - 1
+	if i >= int64(len(w.order)) {
+		w.takenOnce.Do(func() { close(w.taken) })
+		return 0, false
+	}
+	return w.order[i], true
+}
+
+// hasRuns reports whether a run of w is still to be taken.
+func (w *pageWork) hasRuns() bool { return w.next.Load() < int64(len(w.order)) }
+
+// cut takes every run of w not taken yet and counts it as ended: the page
+// was cut, and they move unrun. No worker takes a run of w afterwards.
+func (w *pageWork) cut() {
+	n := int64(len(w.order))
+	for i := w.next.Swap(n); i < n; i++ {
+		w.left.Done()
+	}
+	w.takenOnce.Do(func() { close(w.taken) })
+}
+
+// runs runs w's runs until none is left to take.
+func (c *runPool) runs(w *pageWork) {
+	for {
+		i, ok := w.take()
+		if !ok {
+			return
+		}
+		c.q.runOne(w.p, i)
+		w.left.Done()
 	}
 }
 
-// run hands t to a worker; false: the page was settled (cut) before one
-// was free, and t was not run.
-func (c *runPool) run(t runTask) bool {
-	t.done.Add(1)
-	c.q.c.life.AddDelivery()
-	select {
-	case c.tasks <- t:
-		return true
-	default:
+func (c *runPool) work(w *pageWork) {
+	for ok := true; ok; w, ok = <-c.tasks {
+		for w != nil {
+			c.runs(w)
+			// The newest page may have been offered while this worker
+			// was busy and found no idle one.
+			if n := c.newest.Load(); n != w && n != nil && n.hasRuns() {
+				w = n
+				continue
+			}
+			w = nil
+		}
 	}
-	if c.workers.Add(1) <= int64(c.q.cfg.Concurrency) {
-		go c.work(t)
-		return true
-	}
-	c.workers.Add(-1)
-	select {
-	case c.tasks <- t:
-		return true
-	case <-t.p.settled:
-		t.done.Done()
-		c.q.c.life.DeliveryDone()
-		return false
+}
+
+// offer hands w to the pool's workers: idle ones, else new ones up to
+// Concurrency, one per run at most. When every worker is busy, it waits
+// until one takes w, or w has no run left to take, or the page settled.
+func (c *runPool) offer(w *pageWork) {
+	c.newest.Store(w)
+	for range min(len(w.order), c.q.cfg.Concurrency) {
+		if !w.hasRuns() {
+			return
+		}
+		select {
+		case c.tasks <- w:
+			continue
+		default:
+		}
+		if c.workers.Add(1) <= int64(c.q.cfg.Concurrency) {
+			go c.work(w)
+			continue
+		}
+		c.workers.Add(-1)
+		// Every worker is busy: the first free one takes w here, or joins
+		// it as the newest page.
+		select {
+		case c.tasks <- w:
+		case <-w.taken:
+		case <-w.p.settled:
+		}
+		return
 	}
 }
 
 // close lets the idle workers end; the busy ones end after their run.
-// No page may be dispatching any more.
+// No page may be offered any more.
 func (c *runPool) close() { close(c.tasks) }
 
 // deliverPage delivers one page of b and settles it through through (last:
@@ -376,28 +441,22 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 		}
 		order = append(order, i)
 	}
-	var wg sync.WaitGroup
-	dispatched, allDone := make(chan struct{}), make(chan struct{})
+	w := newPageWork(p, order)
+	// Stop waits for the page's runs, promoted ones included.
+	q.c.life.AddDelivery()
+	allDone, offered := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(allDone)
-		func() {
-			defer close(dispatched)
-			for _, i := range order {
-				select {
-				case <-p.settled:
-					return // cut: the rest were moved unrun
-				default:
-				}
-				if !pool.run(runTask{p: p, i: i, done: &wg}) {
-					return
-				}
-			}
-		}()
-		wg.Wait()
+		defer q.c.life.DeliveryDone()
+		w.left.Wait()
+		close(allDone)
 	}()
-	// The pool outlives the page: no run of it may be handed out after
-	// the page returns.
-	defer func() { <-dispatched }()
+	go func() {
+		defer close(offered)
+		pool.offer(w)
+	}()
+	// The pool outlives the page: the page is not offered after it
+	// returns.
+	defer func() { <-offered }()
 	hold := time.NewTimer(q.cfg.PageHold)
 	defer hold.Stop()
 	select {
@@ -434,6 +493,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 	}
 	completed := pageCompletions(runs, time.Now())
 	p.mu.Unlock()
+	w.cut() // no run of the page starts any more
 
 	sctx, cancel := finishCtx(ctx)
 	defer cancel()
@@ -539,7 +599,7 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 		// Its context hangs on the Client's work context until cancelled:
 		// a context per delivered effect grew the worker by about 1 KB an
 		// effect.
-		r.cancel(nil)
+		q.endRun(r)
 		p.mu.Unlock()
 		return
 	}
@@ -565,17 +625,21 @@ func (q *queueWorker) prepareRun(r *pageRun) {
 	q.claimed.Inc()
 	q.claimLatency.Observe(r.cl.ClaimLatency.Seconds())
 	r.d, r.ran, r.start = newDelivery(r.cl), true, time.Now()
-	ctx, cancel := context.WithCancelCause(q.c.life.Work())
+	var ctx context.Context
+	ctx, r.cancel = context.WithCancelCause(q.c.life.Work())
 	q.runContexts.Add(1)
-	var once sync.Once
-	r.cancel = func(cause error) {
-		cancel(cause)
-		once.Do(func() { q.runContexts.Add(-1) })
-	}
 	ctx = q.c.deliverySpan(ctx, r.d, r.cl.Traceparent)
 	t := q.c.types[r.cl.Type]
 	r.job = engine.JobOf(t, r.d, q.timeout(t))
 	r.runCtx = ctx
+}
+
+// endRun cancels r's context once its run ended: in runOne, or in
+// finishPromoted for a promoted run (a lost lease may have cancelled it
+// before).
+func (q *queueWorker) endRun(r *pageRun) {
+	r.cancel(nil)
+	q.runContexts.Add(-1)
 }
 
 // promotedFence is the durable lease r was promoted to.
@@ -586,7 +650,7 @@ func (r *pageRun) promotedFence() store.Fence {
 // finishPromoted records the outcome herr of a promoted delivery under its
 // durable lease, once its page settled (found: the page's settle moved it).
 func (q *queueWorker) finishPromoted(r *pageRun, herr error, found bool) {
-	defer r.cancel(nil)
+	defer q.endRun(r)
 	if !found {
 		return // reportPage counted it with its page
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -625,5 +626,66 @@ func TestBatchStorageEffectDetail(t *testing.T) {
 	}
 	if _, found, err := store.GetEffectDetail(b.ctx, b.pool, id+1000); err != nil || found {
 		t.Errorf("detail of no effect: found %v, %v", found, err)
+	}
+}
+
+// TestBatchStorageRunsUpToConcurrency: a page's effects run on as many
+// workers as the queue's Concurrency allows, and never more: with
+// handlers that block, a page of 10 effects has 3 running at once at a
+// Concurrency of 3, each released handler lets the next effect start, and
+// every effect is delivered once.
+func TestBatchStorageRunsUpToConcurrency(t *testing.T) {
+	b := setup(t)
+	const conc, n = 3, 10
+	var running, most, started atomic.Int64
+	release := make(chan struct{})
+	seen := newCounter()
+	c := b.startClient(t, pgoutbox.Config{
+		LeaseDuration: 3 * time.Hour,
+		Queues: map[string]pgoutbox.QueueConfig{"bq": {Storage: pgoutbox.StorageBatch, Concurrency: conc,
+			PageSize: 100, PageHold: time.Hour, DeliveryTimeout: time.Hour}},
+		Types: []pgoutbox.EffectType{{Name: "block", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+			now := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+			}
+			started.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			seen.add(d)
+			return nil
+		}}},
+	})
+	w := watch(t, c)
+	var effects []pgoutbox.Effect
+	for i := range n {
+		effects = append(effects, pgoutbox.Effect{Queue: "bq", Type: "block", Key: fmt.Sprint(i)})
+	}
+	ids := b.enqueue(t, effects...)
+	for i := range n {
+		b.waitFor(t, fmt.Sprintf("%d handlers running (%d started)", min(conc, n-i), i), func() bool {
+			return most.Load() > conc ||
+				running.Load() == int64(min(conc, n-i)) && started.Load() == int64(min(n, i+conc))
+		})
+		if m := most.Load(); m > conc {
+			close(release)
+			t.Fatalf("%d handlers ran at once, above the queue's Concurrency of %d", m, conc)
+		}
+		release <- struct{}{}
+	}
+	for _, id := range ids {
+		b.waitEvent(t, w, id, "completed")
+		if k := seen.count(id); k != 1 {
+			t.Errorf("effect %d delivered %d times, want once", id, k)
+		}
+	}
+	if m := most.Load(); m != conc {
+		t.Errorf("at most %d handlers ran at once, want %d (the queue's Concurrency)", m, conc)
+	}
+	if k := b.count(t); k != 0 {
+		t.Errorf("%d rows in pgoutbox.effects, want none: every effect ran from its batch", k)
 	}
 }

@@ -145,7 +145,7 @@ func (l *Lease) Deliver(ctx context.Context, pool *pgxpool.Pool, t EffectType, o
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	ctx = startDeliverySpan(ctx, tp.Tracer(TracerName), &l.Delivery, l.traceparent)
+	ctx = startDeliverySpan(ctx, tp.Tracer(TracerName), "", &l.Delivery, l.traceparent)
 	j := engine.JobOf(t, &l.Delivery, timeout)
 	j.Fence = l.fence
 	if opts.HandBack != nil {

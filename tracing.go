@@ -117,27 +117,38 @@ func spanContextOf(traceparent string) trace.SpanContext {
 // deliverySpan starts d's consumer span "process <queue>" in ctx with the
 // Client's tracer (startDeliverySpan).
 func (c *Client) deliverySpan(ctx context.Context, d *Delivery, traceparent string) context.Context {
-	return startDeliverySpan(ctx, c.tracer, d, traceparent)
+	name := ""
+	if q := c.queues[d.Queue]; q != nil {
+		name = q.spanName
+	}
+	return startDeliverySpan(ctx, c.tracer, name, d, traceparent)
 }
 
-// startDeliverySpan starts d's consumer span "process <queue>" in ctx with
-// tracer and keeps it in d, for engine.EndSpan: the one span of a delivery,
-// whether a Client or (*Lease).Deliver makes it. The first attempt is a
-// child of the enqueue's span (the stored traceparent); a later one starts
-// a trace of its own, so that retries hours apart are not one long trace.
-// Every attempt links to the enqueue's span (the conventions' creation
-// context).
-func startDeliverySpan(ctx context.Context, tracer trace.Tracer, d *Delivery, traceparent string) context.Context {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+// consumerSpan is the options of a delivery's span with no stored
+// traceparent: shared, so that a delivery does not allocate them.
+var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
+// startDeliverySpan starts d's consumer span name ("process <queue>" when
+// "") in ctx with tracer and keeps it in d, for engine.EndSpan: the one
+// span of a delivery, whether a Client or (*Lease).Deliver makes it. The
+// first attempt is a child of the enqueue's span (the stored traceparent);
+// a later one starts a trace of its own, so that retries hours apart are
+// not one long trace. Every attempt links to the enqueue's span (the
+// conventions' creation context).
+func startDeliverySpan(ctx context.Context, tracer trace.Tracer, name string, d *Delivery, traceparent string) context.Context {
+	if name == "" {
+		name = "process " + d.Queue
+	}
+	opts := consumerSpan
 	if sc := spanContextOf(traceparent); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		opts = []trace.SpanStartOption{consumerSpan[0], trace.WithLinks(trace.Link{SpanContext: sc})}
 		if d.Attempt <= 1 {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		} else {
 			opts = append(opts, trace.WithNewRoot())
 		}
 	}
-	ctx, span := tracer.Start(ctx, "process "+d.Queue, opts...)
+	ctx, span := tracer.Start(ctx, name, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
 			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),

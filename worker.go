@@ -48,6 +48,8 @@ type queueWorker struct {
 	// metrics, looked up once: a batch page counts a thousand effects.
 	claimed      prometheus.Counter
 	claimLatency prometheus.Observer
+	// spanName is its deliveries' span name, "process <queue>", made once.
+	spanName string
 }
 
 func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
@@ -61,6 +63,7 @@ func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 
 		claimed:      c.m.claimed.WithLabelValues(name),
 		claimLatency: c.m.claimLatency.WithLabelValues(name),
+		spanName:     "process " + name,
 	}
 	q.deliverer = engine.Deliverer{
 		Pool: c.pool, BackoffCap: c.cfg.BackoffCap, Shutdown: errShutdown,
