@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -128,13 +127,6 @@ func TestOrderedCompletionWakesClaims(t *testing.T) {
 // leased.
 func TestReplayedMoveOnWaitsForOvertakingDelivery(t *testing.T) {
 	t.Parallel()
-	if os.Getenv(storageEnv) == string(pgoutbox.StorageBatch) {
-		// A later effect of the key delivered from a batch is not leased
-		// in pgoutbox.effects until its page's hold ends, so the replayed
-		// dead letter's claim cannot see it: docs/batch-storage.md, "Not
-		// built".
-		t.Skip("batch storage: a replayed move-on dead letter may overtake a batch delivery of its key")
-	}
 	for _, mode := range leaseModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()

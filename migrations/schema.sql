@@ -1021,6 +1021,19 @@ CREATE FUNCTION pgoutbox.recovered_state(delivery_started_at timestamp with time
     END)::pgoutbox.effect_state
 $$;
 
+CREATE FUNCTION pgoutbox.replay_barriers_release() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM pgoutbox.replay_barriers w WHERE w.queue = NEW.queue AND w.batch_id = NEW.id;
+    IF FOUND THEN
+        PERFORM pg_notify('pgoutbox_effects', NEW.queue);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.replay_dead_letters(p_ids bigint[], p_queue text, p_type text, p_limit integer) RETURNS TABLE(id bigint, queue text, effect_type text, state text)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1031,6 +1044,10 @@ DECLARE
     v_next  bigint;
     v_state text;
     r       record;
+    v_queue  text;
+    v_head   bigint;
+    v_locked boolean;
+    v_batch  pgoutbox.stream_batches;
 BEGIN
     SELECT array_agg(x.id ORDER BY x.id) INTO v_ids FROM (
         SELECT e.id FROM pgoutbox.effects e
@@ -1043,6 +1060,61 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
+
+    -- Batch storage: a later effect of a move-on dead letter's key may be
+    -- in delivery from a batch page, which writes no row until it settles.
+    -- Each queue of such a dead letter that is a batch queue, or still has
+    -- open batches, gets its oldest open batch (the only one a consumer may
+    -- lease) share-locked, so no page of it starts or settles, and no
+    -- consumer leases it, before this transaction commits; with no open
+    -- batch, its tick lock, so none is closed meanwhile. A page that starts
+    -- after the commit finds the replayed effect heading its key
+    -- (store.HeldKeys) and runs none of the key's effects. When the batch
+    -- is leased (even past its expiry: its holder may still extend it),
+    -- the page in flight may have read the key's state before the replay:
+    -- the dead letter gets a barrier (pgoutbox.replay_barriers) that keeps
+    -- the claim off it until that page settles, the lease is released or
+    -- taken over, or it expires. Taken before the ordering locks: a settle
+    -- waits for this transaction at its first statement, holding nothing,
+    -- so its OnComplete transitions, which may take ordering locks, never
+    -- wait for this transaction while it waits for their batch.
+    FOR v_queue IN
+        SELECT DISTINCT e.queue FROM pgoutbox.effects e
+        WHERE e.id = ANY(v_ids) AND e.ordering_key IS NOT NULL
+          AND pgoutbox.dead_letter_moves_on(e.queue, e.effect_type)
+          AND (EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = e.queue AND s.storage = 'batch')
+               OR EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = e.queue AND x.done_at IS NULL))
+        ORDER BY e.queue
+    LOOP
+        v_locked := false;
+        LOOP
+            SELECT x.id INTO v_head FROM pgoutbox.stream_batches x
+            WHERE x.queue = v_queue AND x.done_at IS NULL ORDER BY x.id LIMIT 1;
+            IF NOT FOUND THEN
+                PERFORM pg_advisory_xact_lock(hashtextextended('pgoutbox.stream_tick.' || v_queue, 0));
+                SELECT x.id INTO v_head FROM pgoutbox.stream_batches x
+                WHERE x.queue = v_queue AND x.done_at IS NULL ORDER BY x.id LIMIT 1;
+                EXIT WHEN NOT FOUND;
+            END IF;
+            SELECT x.* INTO v_batch FROM pgoutbox.stream_batches x
+            WHERE x.queue = v_queue AND x.id = v_head AND x.done_at IS NULL
+            FOR SHARE;
+            IF FOUND THEN
+                v_locked := true;
+                EXIT;
+            END IF;
+        END LOOP;
+        IF v_locked AND v_batch.lease_token IS NOT NULL THEN
+            INSERT INTO pgoutbox.replay_barriers AS w (effect_id, queue, batch_id, lease_token, done_through)
+            SELECT e.id, e.queue, v_batch.id, v_batch.lease_token, v_batch.done_through
+            FROM pgoutbox.effects e
+            WHERE e.id = ANY(v_ids) AND e.queue = v_queue AND e.ordering_key IS NOT NULL
+              AND pgoutbox.dead_letter_moves_on(e.queue, e.effect_type)
+            ON CONFLICT (effect_id) DO UPDATE
+            SET queue = excluded.queue, batch_id = excluded.batch_id, lease_token = excluded.lease_token,
+                done_through = excluded.done_through, created_at = now();
+        END IF;
+    END LOOP;
 
     -- The move-on dead letters among them: no new effect of their keys
     -- commits before this transaction does (pgoutbox.ordering_lock, in one
@@ -1395,7 +1467,11 @@ WITH next AS (SELECT id
         false))) AND NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
         WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id > e.id
-          AND p.ordering_key IS NOT NULL AND p.state = 'leased')))
+          AND p.ordering_key IS NOT NULL AND p.state = 'leased') AND NOT EXISTS (
+        SELECT 1 FROM pgoutbox.replay_barriers w
+        JOIN pgoutbox.stream_batches b ON b.queue = w.queue AND b.id = w.batch_id
+        WHERE w.effect_id = e.id AND b.done_at IS NULL AND b.done_through = w.done_through
+          AND b.lease_token = w.lease_token AND b.lease_expires_at >= now())))
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED)
@@ -1876,6 +1952,17 @@ CREATE TABLE pgoutbox.queue_storage (
 
 COMMENT ON TABLE pgoutbox.queue_storage IS 'Storage of each queue (rows: one row per effect; batch: pgoutbox.stream), written by the Clients that claim it.';
 
+CREATE TABLE pgoutbox.replay_barriers (
+    effect_id bigint NOT NULL,
+    queue text NOT NULL,
+    batch_id bigint NOT NULL,
+    lease_token uuid NOT NULL,
+    done_through bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+COMMENT ON TABLE pgoutbox.replay_barriers IS 'Replayed move-on dead letters that wait for the batch page in flight at their replay (migration 00029, docs/batch-storage.md).';
+
 CREATE TABLE pgoutbox.samples (
     sampled_at timestamp with time zone DEFAULT now() NOT NULL,
     queue text NOT NULL,
@@ -2082,6 +2169,9 @@ ALTER TABLE ONLY pgoutbox.queue_pauses
 ALTER TABLE ONLY pgoutbox.queue_storage
     ADD CONSTRAINT queue_storage_pkey PRIMARY KEY (queue);
 
+ALTER TABLE ONLY pgoutbox.replay_barriers
+    ADD CONSTRAINT replay_barriers_pkey PRIMARY KEY (effect_id);
+
 ALTER TABLE ONLY pgoutbox.samples
     ADD CONSTRAINT samples_pkey PRIMARY KEY (sampled_at, queue, worker);
 
@@ -2173,6 +2263,8 @@ CREATE TRIGGER effects_unpark_next AFTER UPDATE OF state ON pgoutbox.effects FOR
 
 CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgoutbox.notify_pending DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgoutbox.notify_at_commit();
 
+CREATE TRIGGER stream_batches_replay_barriers AFTER UPDATE ON pgoutbox.stream_batches FOR EACH ROW WHEN (((old.done_through IS DISTINCT FROM new.done_through) OR (old.lease_token IS DISTINCT FROM new.lease_token) OR (new.done_at IS NOT NULL))) EXECUTE FUNCTION pgoutbox.replay_barriers_release();
+
 CREATE TRIGGER stream_notify_insert AFTER INSERT ON pgoutbox.stream REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.notify_stream();
 
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
@@ -2217,6 +2309,8 @@ REVOKE ALL ON FUNCTION pgoutbox.may_work(p_role name, p_queue text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.recover_expired(queue text, max_effects integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.recover_expired(queue text, max_effects integer) TO pgoutbox_worker;
+
+REVOKE ALL ON FUNCTION pgoutbox.replay_barriers_release() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.retry_backoff(attempt integer, cap_seconds double precision) FROM PUBLIC;
 

@@ -412,8 +412,10 @@ type Claimed struct {
 // and skipping rows another claimer holds. $1 queue, $2 limit.
 //
 // An effect with an ordering key is claimable only at the head of its key
-// (headOfLineSQL) and while no later effect of its key is leased
-// (notOvertakenSQL), and only while the queue is not paused (notPausedSQL).
+// (headOfLineSQL), while no later effect of its key is leased
+// (notOvertakenSQL) and while no batch page that may deliver one is in
+// flight (notBehindBatchSQL), and only while the queue is not paused
+// (notPausedSQL).
 // The ordering checks are a filter on the rows the claim index
 // yields, evaluated only for rows whose ordering_key is set: a queue
 // without ordered effects keeps the plan it had before migration 00013.
@@ -421,7 +423,7 @@ const claimableSQL = `
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
       AND ` + notPausedSQL + `
-      AND (e.ordering_key IS NULL OR (` + headOfLineSQL + ` AND ` + notOvertakenSQL + `))
+      AND (e.ordering_key IS NULL OR (` + headOfLineSQL + ` AND ` + notOvertakenSQL + ` AND ` + notBehindBatchSQL + `))
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED`
@@ -477,6 +479,24 @@ const notOvertakenSQL = `NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
         WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id > e.id
           AND p.ordering_key IS NOT NULL AND p.state = 'leased')`
+
+// notBehindBatchSQL is true unless e is a replayed move-on dead letter of a
+// batch queue whose replay found the queue's batch leased with a page in
+// flight, and that page is still in flight: the same batch, lease token
+// and settled position, the lease not expired (migration 00029). Such a
+// page may be delivering a later effect of e's key from the batch, which
+// has no row in pgoutbox.effects until the page settles, so
+// notOvertakenSQL cannot see it. Once the page settles (a delivered
+// effect writes nothing; one still running is a leased row then, which
+// notOvertakenSQL sees), the batch's lease is released or taken over, or
+// it expires, e is claimable. One probe of pgoutbox.replay_barriers'
+// primary key, a table that holds a row only between such a replay and
+// its page's settle.
+const notBehindBatchSQL = `NOT EXISTS (
+        SELECT 1 FROM pgoutbox.replay_barriers w
+        JOIN pgoutbox.stream_batches b ON b.queue = w.queue AND b.id = w.batch_id
+        WHERE w.effect_id = e.id AND b.done_at IS NULL AND b.done_through = w.done_through
+          AND b.lease_token = w.lease_token AND b.lease_expires_at >= now())`
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
