@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/ops"
 	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
@@ -272,5 +273,131 @@ func TestBatchStorageMaintenanceIsTheOwners(t *testing.T) {
 	}
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'mq'`); n != 0 {
 		t.Errorf("%d batches after the refused calls, want none", n)
+	}
+}
+
+// TestBatchStorageReplayWaitsForItsPage: a move-on dead letter (A) of a
+// batch queue is replayed while a Go consumer holds the batch that holds a
+// later effect of its key (B), which runs from the batch and has no row:
+// the SQL worker's claim (pgoutbox.claim, the engine's claim statement)
+// does not take A while that page is in flight. The page's settle
+// releases A's barrier and notifies the queue, and the next claim takes A.
+// A second replay, while the batch's lease is held past its expiry, does
+// not hold A back.
+func TestBatchStorageReplayWaitsForItsPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const queue = "rp"
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, queue, pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.ordering_choices (queue, effect_type, dead_letter_moves_on)
+		VALUES ($1, 'moveon', true)`, queue); err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(typ, key string) int64 {
+		t.Helper()
+		var id int64
+		if err := b.pool.QueryRow(b.ctx, `SELECT pgoutbox.enqueue($1, $2, $3, ordering_key => 'k')`, queue, typ, key).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// lease ticks and leases the queue's next batch as a Go consumer does,
+	// and reads its page.
+	lease := func() (store.Batch, []store.Claimed) {
+		t.Helper()
+		if _, err := store.Tick(b.ctx, b.pool, queue); err != nil {
+			t.Fatal(err)
+		}
+		bt, ok, err := store.ClaimBatch(b.ctx, b.pool, queue, "go-consumer", time.Hour)
+		if err != nil || !ok {
+			t.Fatalf("lease a batch: %v, %v", ok, err)
+		}
+		page, err := store.Page(b.ctx, b.pool, bt, bt.DoneThrough, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bt, page
+	}
+	settle := func(bt store.Batch, moves ...store.Move) {
+		t.Helper()
+		if found, err := store.Settle(b.ctx, b.pool, bt, "go-consumer", store.PageSettle{Through: bt.MaxID, Last: true, Moves: moves}, nil); err != nil || !found {
+			t.Fatalf("settle batch %d: %v, %v", bt.ID, found, err)
+		}
+	}
+	replay := func(id int64) {
+		t.Helper()
+		if _, err := ops.ReplayDeadLetters(b.ctx, b.pool, ops.ReplayOptions{IDs: []int64{id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed := func() []int64 {
+		t.Helper()
+		leases, err := b.claimAs(t, "", queue, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, l := range leases {
+			ids = append(ids, l.ID)
+		}
+		return ids
+	}
+
+	// A runs from its batch and dead-letters.
+	a := enqueue("moveon", "A")
+	first, page := lease()
+	if len(page) != 1 || page[0].ID != a {
+		t.Fatalf("first page %v, want A (%d)", page, a)
+	}
+	settle(first, store.Move{Effect: page[0], State: "dead_letter", Attempts: 1, Error: "422"})
+	// B, of A's key, moves on past it: its page is in flight.
+	enqueue("strict", "B")
+	second, _ := lease()
+	replay(a)
+	if got := claimed(); len(got) != 0 {
+		t.Fatalf("claim while B's page is in flight: %v, want nothing (A waits for B)", got)
+	}
+
+	listener, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(b.ctx, `LISTEN pgoutbox_effects`); err != nil {
+		t.Fatal(err)
+	}
+	settle(second) // B was delivered from the batch: no row
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.replay_barriers`); n != 0 {
+		t.Errorf("%d replay barriers left after the page settled", n)
+	}
+	n, err := listener.Conn().WaitForNotification(b.ctx)
+	if err != nil || n.Payload != queue {
+		t.Fatalf("notification after the settle: %v, %v; want one for %s", n, err, queue)
+	}
+	if _, err := listener.Exec(b.ctx, `UNLISTEN *`); err != nil {
+		t.Fatal(err)
+	}
+	got := claimed()
+	if !slices.Equal(got, []int64{a}) {
+		t.Fatalf("claim after B's page settled: %v, want A (%d)", got, a)
+	}
+
+	// A dead-letters again (under its row lease); C of its key runs from a
+	// batch whose lease has expired: replayed now, A is claimed at once.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET state = 'dead_letter', dead_lettered_at = now(),
+		lease_token = NULL WHERE id = $1`, a); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("strict", "C")
+	third, _ := lease()
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.stream_batches SET lease_expires_at = now() - interval '1 second'
+		WHERE queue = $1 AND id = $2`, queue, third.ID); err != nil {
+		t.Fatal(err)
+	}
+	replay(a)
+	if got := claimed(); !slices.Contains(got, a) {
+		t.Fatalf("claim beside an expired batch lease: %v, want A (%d) among them", got, a)
 	}
 }

@@ -124,7 +124,9 @@ func TestOrderedCompletionWakesClaims(t *testing.T) {
 // handler returned. Under a row lock B's delivery holds no durable lease
 // (the hold outlasts the test), so the replay itself waits for B's claim
 // transaction to end; under durable leases the claim skips A while B is
-// leased.
+// leased. In batch storage B runs from a batch page, with no row until the
+// page settles: the claim skips A while that page is in flight (its
+// replay barrier), then while B, promoted after PageHold, is leased.
 func TestReplayedMoveOnWaitsForOvertakingDelivery(t *testing.T) {
 	t.Parallel()
 	for _, mode := range leaseModes {
