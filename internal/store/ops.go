@@ -241,7 +241,12 @@ FROM pgoutbox.replay_dead_letters($1::bigint[], $2::text, $3::text, $4::int) r`
 // RowLockLease) and holds a key-share lock on the key's first blocking
 // effect after the dead letter until it commits, so no claim takes it
 // meanwhile; it also holds the ordering locks of those keys, so ordered
-// enqueues to them wait for the replay.
+// enqueues to them wait for the replay. In a batch queue the later effect
+// may run from a batch page and have no row: the replay share-locks the
+// queue's oldest open batch (no page starts or settles until it commits)
+// and, when that batch is leased, records a barrier that keeps the claim
+// off the dead letter until the page in flight settles
+// (notBehindBatchSQL, migration 00029).
 func ReplayDeadLetters(ctx context.Context, db DBTX, ids []int64, f OpsFilter, limit int) ([]Moved, error) {
 	if ids == nil {
 		ids = []int64{}
