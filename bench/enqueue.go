@@ -41,8 +41,13 @@ func init() {
 			{"copy_river", "COPY / River", 2},
 			{"arrays_river", "arrays / River", 2},
 			{"public_river", "EnqueueBatch / River", 2},
+			{"copy_batch_per_s", "pgoutbox statement, COPY + insert-select, batch storage queue, effects/s", 0},
+			{"public_batch_per_s", "pgoutbox.EnqueueBatch, batch storage queue, effects/s", 0},
+			{"copy_batch_river", "COPY, batch storage / River", 2},
+			{"public_batch_river", "EnqueueBatch, batch storage / River", 2},
 			{"wal_arrays", "WAL bytes/effect, arrays", 0},
 			{"wal_copy", "WAL bytes/effect, COPY", 0},
+			{"wal_copy_batch", "WAL bytes/effect, COPY, batch storage", 0},
 			{"wal_river", "WAL bytes/effect, River", 0},
 		},
 		run: runEnqueue,
@@ -103,6 +108,30 @@ func runEnqueue(ctx context.Context, e *env) (result, error) {
 			})
 		}},
 		{"river_per_s", func(ctx context.Context, seq, n int) error { return rr.InsertBatch(ctx, e.prod, seq, n) }},
+		// The same two paths into queues of batch storage: their rows go to
+		// pgoutbox.stream, which has fewer indexes than pgoutbox.effects.
+		{"copy_batch_per_s", func(ctx context.Context, seq, n int) error {
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := store.InsertCopy(ctx, tx, rows("copybatch", seq, n))
+				return err
+			})
+		}},
+		{"public_batch_per_s", func(ctx context.Context, seq, n int) error {
+			effects := make([]pgoutbox.Effect, n)
+			for i := range effects {
+				effects[i] = pgoutbox.Effect{Queue: "publicbatch", Type: pgType, Key: pgoutbox.Key("publicbatch", strconv.Itoa(seq+i)),
+					Payload: args}
+			}
+			return inTx(ctx, func(tx pgx.Tx) error {
+				_, err := pgoutbox.EnqueueBatch(ctx, tx, effects)
+				return err
+			})
+		}},
+	}
+	for _, q := range []string{"copybatch", "publicbatch"} {
+		if err := pgoutbox.SetStorage(ctx, e.pool, q, pgoutbox.StorageBatch); err != nil {
+			return nil, err
+		}
 	}
 	spent := make([]time.Duration, len(ways))
 	wal := make([]float64, len(ways))
@@ -129,6 +158,17 @@ func runEnqueue(ctx context.Context, e *env) (result, error) {
 			wal[w] += b
 		}
 	}
+	// The batch storage ways measured the stream only if their rows went
+	// there.
+	for _, q := range []string{"copybatch", "publicbatch"} {
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pgoutbox.stream WHERE queue = $1`, q).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n != e.o.n {
+			return nil, fmt.Errorf("queue %s: %d of %d effects in pgoutbox.stream", q, n, e.o.n)
+		}
+	}
 	res := result{}
 	for i, w := range ways {
 		res[w.key] = float64(e.o.n) / spent[i].Seconds()
@@ -136,6 +176,9 @@ func runEnqueue(ctx context.Context, e *env) (result, error) {
 	res["wal_arrays"] = wal[0] / float64(e.o.n)
 	res["wal_copy"] = wal[1] / float64(e.o.n)
 	res["wal_river"] = wal[3] / float64(e.o.n)
+	res["wal_copy_batch"] = wal[4] / float64(e.o.n)
+	res["copy_batch_river"] = res["copy_batch_per_s"] / res["river_per_s"]
+	res["public_batch_river"] = res["public_batch_per_s"] / res["river_per_s"]
 	res["copy_arrays"] = res["copy_per_s"] / res["arrays_per_s"]
 	res["copy_river"] = res["copy_per_s"] / res["river_per_s"]
 	res["arrays_river"] = res["arrays_per_s"] / res["river_per_s"]
