@@ -201,6 +201,14 @@ func Status(ctx context.Context, db store.DBTX, opts StatusOptions) (*Snapshot, 
 // StatsCache shares one [Status] snapshot among the /metrics collector and
 // the sampler, so a scrape reuses a recent snapshot instead of querying.
 // Concurrent callers wait for one refresh and share its result.
+//
+// A status query's cost grows with the backlog (it counts every available
+// row, and every pending stream effect): at 10M pending effects it ran for
+// tens of seconds, and a sampler refreshing every 10 s kept a backend busy
+// for the whole drain. A query that took at least StatsPauseFloor is
+// therefore not repeated until StatsPause times its duration has passed
+// since it ended: the cache's queries then take at most a tenth of one
+// backend's time, and the snapshot served meanwhile is older.
 type StatsCache struct {
 	db     store.DBTX
 	opts   StatusOptions
@@ -208,7 +216,21 @@ type StatsCache struct {
 
 	mu   sync.Mutex
 	snap *Snapshot
-	at   time.Time // local monotonic time of snap
+	at   time.Time     // local monotonic time of snap
+	took time.Duration // how long the query behind snap ran
+}
+
+// StatsPause and StatsPauseFloor: a status query of the StatsCache that ran
+// for at least StatsPauseFloor (1 s) is repeated only after StatsPause (9)
+// times its duration.
+const (
+	StatsPause      = 9
+	StatsPauseFloor = time.Second
+)
+
+// pausing reports whether the last query was slow and too recent to repeat.
+func (c *StatsCache) pausing() bool {
+	return c.snap != nil && c.took >= StatsPauseFloor && time.Since(c.at) < StatsPause*c.took
 }
 
 // StatsCacheMaxAgeDefault is how long a cached snapshot serves scrapes.
@@ -224,28 +246,34 @@ func NewStatsCache(db store.DBTX, opts StatusOptions, maxAge time.Duration) *Sta
 }
 
 // Get returns the cached snapshot if it is younger than the cache's max
-// age, else refreshes it.
+// age, or the last query was slow and recent (StatsPause), else refreshes
+// it.
 func (c *StatsCache) Get(ctx context.Context) (*Snapshot, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.snap != nil && time.Since(c.at) < c.maxAge {
+	if c.snap != nil && time.Since(c.at) < c.maxAge || c.pausing() {
 		return c.snap, nil
 	}
 	return c.refreshLocked(ctx)
 }
 
-// Refresh queries now and caches the result.
+// Refresh queries now and caches the result, unless the last query was
+// slow and recent (StatsPause): then it returns the cached snapshot.
 func (c *StatsCache) Refresh(ctx context.Context) (*Snapshot, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.pausing() {
+		return c.snap, nil
+	}
 	return c.refreshLocked(ctx)
 }
 
 func (c *StatsCache) refreshLocked(ctx context.Context) (*Snapshot, error) {
+	start := time.Now()
 	snap, err := Status(ctx, c.db, c.opts)
 	if err != nil {
 		return nil, err
 	}
-	c.snap, c.at = snap, time.Now()
+	c.snap, c.at, c.took = snap, time.Now(), time.Since(start)
 	return snap, nil
 }
