@@ -404,7 +404,8 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 		}
 		sctx, cancel := finishCtx(ctx)
 		defer cancel()
-		return store.Settle(sctx, q.c.pool, b, q.c.cfg.ID, store.PageSettle{Through: through, Last: last, Moves: moves}, nil)
+		return store.Settle(sctx, q.c.pool, b, q.c.cfg.ID, store.PageSettle{Through: through, Last: last, Moves: moves,
+			Passed: store.PassedTypes(page)}, nil)
 	}
 	p := &pageState{runs: make([]pageRun, len(page)), held: map[string]bool{}, settled: make(chan struct{})}
 	var keys []string
@@ -499,7 +500,8 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 	defer cancel()
 	var transitionFailed map[int64]error
 	found, err := store.Settle(sctx, q.c.pool, b, q.c.cfg.ID,
-		store.PageSettle{Through: through, Last: last, Moves: moves, Done: done, Completed: completed},
+		store.PageSettle{Through: through, Last: last, Moves: moves, Done: done, Completed: completed,
+			Passed: store.PassedTypes(page)},
 		func(cl store.Claimed, err error) store.Move {
 			if transitionFailed == nil {
 				transitionFailed = map[int64]error{}

@@ -1324,6 +1324,17 @@ CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigi
     LIMIT p_limit
 $$;
 
+CREATE FUNCTION pgoutbox.stream_passed(p_names text[], p_passed bigint[], p_add_names text[], p_add bigint[]) RETURNS bigint[]
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN p_names IS NOT NULL THEN (
+        SELECT array_agg(t.n + coalesce((SELECT sum(a.n) FROM unnest(p_add_names, p_add) AS a(name, n)
+                                         WHERE a.name = t.name), 0)::bigint ORDER BY t.i)
+        FROM unnest(p_names, p_passed) WITH ORDINALITY AS t(name, n, i))
+    END
+$$;
+
 CREATE FUNCTION pgoutbox.stream_tick(p_queue text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1335,6 +1346,9 @@ DECLARE
     v_min   bigint;
     v_max   bigint;
     v_count bigint;
+    v_names text[];
+    v_n     bigint[];
+    v_avail timestamptz[];
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'pgoutbox: stream_tick must run under READ COMMITTED'
@@ -1346,14 +1360,22 @@ BEGIN
     SELECT pg_current_snapshot() INTO v_snap; -- a query: a fresh snapshot, taken after the lock
     -- A row is new when its transaction committed in v_snap and not in
     -- v_prev: its xid is at or past v_prev's xmax, or was in progress then.
-    SELECT min(s.id), max(s.id), count(*) INTO v_min, v_max, v_count
-    FROM pgoutbox.stream_after(p_queue, v_prev) s
-    WHERE pg_visible_in_snapshot(s.xid, v_snap);
+    SELECT min(t.lo), max(t.hi), coalesce(sum(t.n), 0), array_agg(t.effect_type ORDER BY t.effect_type),
+        array_agg(t.n ORDER BY t.effect_type), array_agg(t.avail ORDER BY t.effect_type)
+    INTO v_min, v_max, v_count, v_names, v_n, v_avail
+    FROM (
+        SELECT s.effect_type, min(s.id) AS lo, max(s.id) AS hi, count(*) AS n, min(s.available_at) AS avail
+        FROM pgoutbox.stream_after(p_queue, v_prev) s
+        WHERE pg_visible_in_snapshot(s.xid, v_snap)
+        GROUP BY s.effect_type
+    ) t;
     IF v_count = 0 THEN
         RETURN NULL;
     END IF;
-    INSERT INTO pgoutbox.stream_batches (queue, id, snap, prev_snap, min_id, max_id, effects, done_through)
-    VALUES (p_queue, coalesce(v_last, 0) + 1, v_snap, v_prev, v_min, v_max, v_count, v_min - 1);
+    INSERT INTO pgoutbox.stream_batches (queue, id, snap, prev_snap, min_id, max_id, effects, done_through,
+        type_names, type_effects, type_available_at, type_passed)
+    VALUES (p_queue, coalesce(v_last, 0) + 1, v_snap, v_prev, v_min, v_max, v_count, v_min - 1,
+        v_names, v_n, v_avail, array_fill(0::bigint, ARRAY[cardinality(v_names)]));
     RETURN coalesce(v_last, 0) + 1;
 END;
 $$;
@@ -1367,6 +1389,8 @@ DECLARE
     v_n     integer;
     v_last  bigint;
     v_moved integer := 0;
+    v_names text[];
+    v_add   bigint[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = p_queue AND s.storage = 'batch')
        AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = p_queue AND x.done_at IS NULL) THEN
@@ -1400,9 +1424,12 @@ BEGIN
                 p.created_at, p.ordering_key, p.traceparent
             FROM page p CROSS JOIN marked
             ORDER BY p.id
-            RETURNING id
+            RETURNING id, effect_type
+        ), per_type AS (
+            SELECT m.effect_type, count(*) AS n, max(m.id) AS last FROM moved m GROUP BY m.effect_type
         )
-        SELECT count(*), max(m.id) INTO v_n, v_last FROM moved m;
+        SELECT coalesce(sum(t.n), 0), max(t.last), array_agg(t.effect_type), array_agg(t.n)
+        INTO v_n, v_last, v_names, v_add FROM per_type t;
         IF v_n = 0 THEN
             -- effect_keys_insert did not fire: clear the markers here.
             PERFORM set_config('pgoutbox.keys_written', 'off', true), set_config('pgoutbox.routed', 'off', true);
@@ -1412,11 +1439,12 @@ BEGIN
             -- The batch's last page: it is done.
             UPDATE pgoutbox.stream_batches x
             SET done_through = x.max_id, done_at = now(), lease_token = NULL, lease_owner = NULL,
-                lease_expires_at = NULL
+                lease_expires_at = NULL, type_passed = pgoutbox.stream_passed(x.type_names, x.type_passed, v_names, v_add)
             WHERE x.queue = p_queue AND x.id = b.id;
         ELSE
             UPDATE pgoutbox.stream_batches x
-            SET done_through = v_last, lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL
+            SET done_through = v_last, lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                type_passed = pgoutbox.stream_passed(x.type_names, x.type_passed, v_names, v_add)
             WHERE x.queue = p_queue AND x.id = b.id;
         END IF;
     END LOOP;
@@ -1761,10 +1789,16 @@ CREATE TABLE pgoutbox.stream_batches (
     lease_expires_at timestamp with time zone,
     done_through bigint NOT NULL,
     done_at timestamp with time zone,
+    type_names text[],
+    type_effects bigint[],
+    type_available_at timestamp with time zone[],
+    type_passed bigint[],
     CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256))
 );
 
 COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
+
+COMMENT ON COLUMN pgoutbox.stream_batches.type_names IS 'The effect types of the batch (NULL: ticked before migration 00030); type_effects, type_available_at and type_passed are aligned with it.';
 
 CREATE VIEW pgoutbox.effect_states AS
  SELECT e.id,

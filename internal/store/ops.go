@@ -56,12 +56,17 @@ type StatsRow struct {
 // /metrics gauges. Each OR arm of the WHERE clause matches the predicate of
 // a partial index (claims, lease expiry, attention, completed_at), so the
 // cost follows the live backlog and the lag window, not the retained history.
-// Batch queues' stream effects still to deliver come from
-// pgoutbox.stream_pending, which reads only what committed after each
-// queue's newest settled batch; their completions from
-// pgoutbox.stream_settled, one row per settled page and type (n: its
-// count; lag50 and lag99: its percentiles, so a queue's lag percentiles
-// mix the pages' percentiles with the rows' lags).
+// Batch queues' stream effects still to deliver are counted per open batch
+// and type (migration 00030): what the tick counted less what the
+// batch's settles passed (n), with the earliest available_at the tick saw;
+// rows are read only where those counts do not tell: the rows committed
+// after each queue's newest batch (not ticked yet), and the unsettled rows
+// of an open batch ticked before 00030 (no counts) or partially settled
+// and not leased (its earliest available_at is not known). So a status
+// reads O(open batches + rows not ticked), not O(pending effects). Their
+// completions come from pgoutbox.stream_settled, one row per settled page
+// and type (n: its count; lag50 and lag99: its percentiles, so a queue's
+// lag percentiles mix the pages' percentiles with the rows' lags).
 const statsSQL = `
 SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
     sum(n)::bigint,
@@ -82,10 +87,36 @@ FROM (
            OR (state = 'completed' AND completed_at >= now() - make_interval(secs => $4)))
       AND ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
     UNION ALL
-    -- Batch storage's effects still to deliver (migration 00027).
-    SELECT queue, effect_type, state, 0, NULL::timestamptz, available_at, NULL::timestamptz, 1, NULL, NULL
-    FROM pgoutbox.stream_pending
-    WHERE ($1::text = '' OR queue = $1) AND ($2::text = '' OR effect_type = $2)
+    -- Batch storage's effects still to deliver (migrations 00027, 00030):
+    -- per open batch and type, from its counts,
+    SELECT b.queue, t.effect_type, (CASE WHEN l.leased THEN 'leased' ELSE 'available' END)::pgoutbox.effect_state,
+        0, NULL::timestamptz, t.available_at, NULL::timestamptz, t.effects - t.passed, NULL, NULL
+    FROM pgoutbox.stream_batches b
+    CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
+    CROSS JOIN LATERAL unnest(b.type_names, b.type_effects, b.type_passed, b.type_available_at)
+        AS t(effect_type, effects, passed, available_at)
+    WHERE b.done_at IS NULL AND b.type_names IS NOT NULL AND (l.leased OR b.done_through < b.min_id)
+      AND t.effects > t.passed
+      AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR t.effect_type = $2)
+    UNION ALL
+    -- from its unsettled rows where the counts do not tell,
+    SELECT b.queue, s.effect_type, (CASE WHEN l.leased THEN 'leased' ELSE 'available' END)::pgoutbox.effect_state,
+        0, NULL::timestamptz, s.available_at, NULL::timestamptz, 1, NULL, NULL
+    FROM pgoutbox.stream_batches b
+    CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
+    CROSS JOIN LATERAL pgoutbox.stream_page(b.queue, b.done_through, b.max_id, b.snap, b.prev_snap, NULL) s
+    WHERE b.done_at IS NULL AND (b.type_names IS NULL OR (NOT l.leased AND b.done_through >= b.min_id))
+      AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR s.effect_type = $2)
+    UNION ALL
+    -- and the rows committed after each queue's newest batch.
+    SELECT q.queue, s.effect_type, 'available'::pgoutbox.effect_state, 0, NULL::timestamptz, s.available_at,
+        NULL::timestamptz, 1, NULL, NULL
+    FROM pgoutbox.queue_storage q
+    LEFT JOIN LATERAL (
+        SELECT n.snap FROM pgoutbox.stream_batches n WHERE n.queue = q.queue ORDER BY n.id DESC LIMIT 1
+    ) newest ON true
+    CROSS JOIN LATERAL pgoutbox.stream_after(q.queue, newest.snap) s
+    WHERE ($1::text = '' OR q.queue = $1) AND ($2::text = '' OR s.effect_type = $2)
     UNION ALL
     -- And its completions (migration 00028).
     SELECT queue, effect_type, 'completed'::pgoutbox.effect_state, 0, NULL::timestamptz, NULL::timestamptz,
@@ -101,9 +132,10 @@ ORDER BY queue, grouping(effect_type) DESC, effect_type, state`
 // a lease counts as stalled; lagWindow bounds the completions counted and
 // the lag percentiles.
 //
-// It runs with jit off (withoutJIT): its pgoutbox.stream_pending arm is
-// estimated far above its cost, and compiling it took 1.3 of the 1.5 s a
-// status of 50,000 pending stream effects took, every sampler tick.
+// It runs with jit off (withoutJIT): its stream arms are estimated far
+// above their cost (compiling the former pgoutbox.stream_pending arm took
+// 1.3 of the 1.5 s a status of 50,000 pending stream effects took, every
+// sampler tick).
 func Stats(ctx context.Context, db DBTX, f OpsFilter, stalledAfter, lagWindow time.Duration) ([]StatsRow, error) {
 	var out []StatsRow
 	err := withoutJIT(ctx, db, func(q DBTX) error {

@@ -225,7 +225,8 @@ const settleFenceSQL = `
 UPDATE pgoutbox.stream_batches
 SET done_through = $4, done_at = CASE WHEN $5 THEN now() END,
     lease_token = CASE WHEN $5 THEN NULL ELSE lease_token END,
-    lease_expires_at = CASE WHEN $5 THEN NULL ELSE lease_expires_at END
+    lease_expires_at = CASE WHEN $5 THEN NULL ELSE lease_expires_at END,
+    type_passed = pgoutbox.stream_passed(type_names, type_passed, $6::text[], $7::bigint[])
 WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL`
 
 // moveSQL writes the exceptions of a page into pgoutbox.effects under
@@ -281,14 +282,28 @@ type PageCompleted struct {
 
 // PageSettle is what a page's settle writes: the settled position Through
 // (Last: the batch is done), the exceptions, the completions whose
-// OnComplete transitions run in the settle, and the page's counts of
-// effects completed from the batch, per type.
+// OnComplete transitions run in the settle, the page's counts of effects
+// completed from the batch, per type, and the page's effects per type
+// (Passed, PassedTypes), which the batch's type_passed counts for `status`.
 type PageSettle struct {
 	Through   int64
 	Last      bool
 	Moves     []Move
 	Done      []Completion
 	Completed []PageCompleted
+	// Passed is every effect of the page (the batch's effects with ids
+	// past its settled position, through Through) per type: completed,
+	// moved to pgoutbox.effects or neither.
+	Passed map[string]int64
+}
+
+// PassedTypes counts page's effects per type, for PageSettle.Passed.
+func PassedTypes(page []Claimed) map[string]int64 {
+	m := make(map[string]int64, 4)
+	for _, c := range page {
+		m[c.Type]++
+	}
+	return m
 }
 
 const settledSQL = `
@@ -304,7 +319,12 @@ SELECT $1, t.* FROM unnest($2::text[], $3::bigint[], $4::float8[], $5::float8[])
 func Settle(ctx context.Context, pool *pgxpool.Pool, b Batch, worker string, p PageSettle,
 	failed func(Claimed, error) Move) (found bool, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, settleFenceSQL, b.Queue, b.ID, pgUUID(b.Token), p.Through, p.Last)
+		passedTypes, passed := make([]string, 0, len(p.Passed)), make([]int64, 0, len(p.Passed))
+		for t, n := range p.Passed {
+			passedTypes, passed = append(passedTypes, t), append(passed, n)
+		}
+		tag, err := tx.Exec(ctx, settleFenceSQL, b.Queue, b.ID, pgUUID(b.Token), p.Through, p.Last, passedTypes,
+			passed)
 		if err != nil {
 			return err
 		}
