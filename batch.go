@@ -238,11 +238,13 @@ func (r *pageRun) unrun() { r.move = &store.Move{Effect: r.cl, State: string(Sta
 
 // pageState is what the runs of a page share; mu guards it and every run.
 type pageState struct {
-	mu    sync.Mutex
-	runs  []pageRun
-	held  map[string]bool // ordering keys held in pgoutbox.effects
-	cut   bool            // the page was settled: start nothing more
-	found bool            // the settle matched the lease (read after settled)
+	mu   sync.Mutex
+	runs []pageRun
+	held map[string]bool // ordering keys held in pgoutbox.effects
+	cut  bool            // the page was settled: start nothing more
+	// cutDone is closed when cut is set: a run waiting for a slot gives up.
+	cutDone chan struct{}
+	found   bool // the settle matched the lease (read after settled)
 	// settled is closed once the page's settle has returned.
 	settled chan struct{}
 }
@@ -407,7 +409,8 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 		return store.Settle(sctx, q.c.pool, b, q.c.cfg.ID, store.PageSettle{Through: through, Last: last, Moves: moves,
 			Passed: store.PassedTypes(page)}, nil)
 	}
-	p := &pageState{runs: make([]pageRun, len(page)), held: map[string]bool{}, settled: make(chan struct{})}
+	p := &pageState{runs: make([]pageRun, len(page)), held: map[string]bool{}, settled: make(chan struct{}),
+		cutDone: make(chan struct{})}
 	var keys []string
 	for _, cl := range page {
 		if cl.OrderingKey != "" {
@@ -469,6 +472,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 	// not start moves unrun.
 	p.mu.Lock()
 	p.cut = true
+	close(p.cutDone)
 	var moves []store.Move
 	var done []store.Completion
 	var promoted []*pageRun
@@ -578,15 +582,21 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 		p.mu.Unlock()
 		return
 	}
+	p.mu.Unlock()
+	// One of the queue's Concurrency slots, which the row claim loop's
+	// deliveries (the exceptions) take too: it waits for one at most until
+	// the page is cut, which moves the effect unrun.
+	if !q.waitSlot(p.cutDone) {
+		return
+	}
+	defer q.release(1)
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		return
+	}
 	q.prepareRun(r)
 	p.mu.Unlock()
-	// Counted in the queue's deliveries in flight, which the row claim
-	// loop (the exceptions) leaves room for.
-	q.inflight.Add(1)
-	defer func() {
-		q.inflight.Add(-1)
-		signal(q.freed)
-	}()
 	herr := q.deliverer.Handle(r.runCtx, r.job)
 	p.mu.Lock()
 	r.done, r.err = true, herr

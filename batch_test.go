@@ -689,3 +689,76 @@ func TestBatchStorageRunsUpToConcurrency(t *testing.T) {
 		t.Errorf("%d rows in pgoutbox.effects, want none: every effect ran from its batch", k)
 	}
 }
+
+// TestBatchStorageConcurrencyCountsRowDeliveries: a batch queue's
+// Concurrency bounds its page runs and its row claim loop's deliveries
+// together. Three effects of a type that is not replay-safe go through the
+// row storage and block every slot; a page of replay-safe effects then
+// waits for the slots they free, one by one, instead of starting beside
+// them.
+func TestBatchStorageConcurrencyCountsRowDeliveries(t *testing.T) {
+	b := setup(t)
+	const conc, rowsN, pageN = 3, 3, 5
+	var running, most, started atomic.Int64
+	release := make(chan struct{})
+	block := func(ctx context.Context, d *pgoutbox.Delivery) error {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		started.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	c := b.startClient(t, pgoutbox.Config{
+		LeaseDuration: 3 * time.Hour,
+		Queues: map[string]pgoutbox.QueueConfig{"bq": {Storage: pgoutbox.StorageBatch, Concurrency: conc,
+			PageSize: 100, PageHold: time.Hour, DeliveryTimeout: time.Hour}},
+		Types: []pgoutbox.EffectType{
+			{Name: "once", Handler: block},
+			{Name: "block", ReplaySafe: true, Handler: block},
+		},
+	})
+	w := watch(t, c)
+	var effects []pgoutbox.Effect
+	for i := range rowsN {
+		effects = append(effects, pgoutbox.Effect{Queue: "bq", Type: "once", Key: fmt.Sprint("r", i)})
+	}
+	ids := b.enqueue(t, effects...)
+	b.waitFor(t, "the row storage's deliveries in every slot", func() bool {
+		return running.Load() == conc && started.Load() == conc
+	})
+	effects = effects[:0]
+	for i := range pageN {
+		effects = append(effects, pgoutbox.Effect{Queue: "bq", Type: "block", Key: fmt.Sprint("p", i)})
+	}
+	pageIDs := b.enqueue(t, effects...)
+	ids = append(ids, pageIDs...)
+	const n = rowsN + pageN
+	for i := range n {
+		b.waitFor(t, fmt.Sprintf("%d handlers running (%d started)", min(conc, n-i), min(n, i+conc)), func() bool {
+			return most.Load() > conc ||
+				running.Load() == int64(min(conc, n-i)) && started.Load() == int64(min(n, i+conc))
+		})
+		if m := most.Load(); m > conc {
+			close(release)
+			t.Fatalf("%d handlers ran at once, above the queue's Concurrency of %d", m, conc)
+		}
+		release <- struct{}{}
+	}
+	for _, id := range ids {
+		b.waitEvent(t, w, id, "completed")
+	}
+	var fromRows int
+	if err := b.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pgoutbox.effects WHERE id = ANY($1)`, pageIDs).Scan(&fromRows); err != nil {
+		t.Fatal(err)
+	}
+	if fromRows != 0 {
+		t.Errorf("%d of the page's effects went to pgoutbox.effects, want none: each waited for a slot and ran from its batch", fromRows)
+	}
+}

@@ -120,8 +120,9 @@ type EffectType = engine.EffectType
 
 // QueueConfig sizes one queue's worker pool.
 type QueueConfig struct {
-	// Concurrency is the number of deliveries in flight; default
-	// ConcurrencyDefault (10).
+	// Concurrency is the most deliveries of the queue in flight at once,
+	// from rows and from batch pages together; default ConcurrencyDefault
+	// (10).
 	Concurrency int
 	// ClaimBatch is the most effects one claim statement leases; default
 	// Concurrency. A claim never takes more than the free slots.

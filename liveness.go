@@ -28,7 +28,7 @@ func (c *Client) startLiveness() {
 			for i, name := range names {
 				q := c.queues[name]
 				conc[i] = int32(q.cfg.Concurrency)
-				inFlight += int(q.inflight.Load())
+				inFlight += q.delivering()
 			}
 			return names, conc, inFlight
 		}}

@@ -171,7 +171,6 @@ func (q *queueWorker) lockClaim(ctx, cctx context.Context, want int) (int, error
 	}
 	q.openBatches.Add(1)
 	q.c.life.AddDelivery() // the batch itself: Stop waits for its close
-	q.inflight.Add(int64(len(claimed)))
 	// The row has no lease token: the claim transaction's row lock is the
 	// lease, and this UUID names it (Delivery.LeaseToken).
 	token := uuid.NewString()
@@ -325,9 +324,10 @@ func (b *lockBatch) close() {
 		}
 	}
 	for _, cl := range b.waiting {
-		q.inflight.Add(-1)
 		if l, ok := b.leases[cl.ID]; ok {
-			q.start(l)
+			q.start(l) // in the slot its claim reserved
+		} else {
+			q.release(1)
 		}
 	}
 	q.openBatches.Add(-1)

@@ -2,6 +2,7 @@ package pgoutbox
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,12 +17,20 @@ import (
 // deliveries in flight. Queues are leased independently, so a slow or stuck
 // queue never delays another.
 type queueWorker struct {
-	c        *Client
-	name     string
-	cfg      QueueConfig
-	wake     chan struct{} // a NOTIFY (or catch-up) for this queue
-	freed    chan struct{} // a delivery finished
+	c     *Client
+	name  string
+	cfg   QueueConfig
+	wake  chan struct{} // a NOTIFY (or catch-up) for this queue
+	freed chan struct{} // a delivery finished
+	// inflight packs the queue's delivery slots taken (reserve; the low 32
+	// bits): the deliveries in flight, from rows and from batch pages, and
+	// the slots a row claim in progress reserved, which the high 32 bits
+	// count too (claimReserved), so that one load tells both.
 	inflight atomic.Int64
+	// slotsFreed is closed, and forgotten, when slots are released while a
+	// batch page's run waits for one (waitSlot); nil when none waits.
+	slotsMu    sync.Mutex
+	slotsFreed chan struct{}
 	// pending counts completions handed to the group committer and not yet
 	// written.
 	pending atomic.Int64
@@ -74,6 +83,102 @@ func newQueueWorker(c *Client, name string, cfg QueueConfig) *queueWorker {
 
 func signal(ch chan struct{}) { engine.Signal(ch) }
 
+// claimReserved is the unit of inflight's high half: a slot reserved by a
+// row claim in progress.
+const claimReserved = 1 << 32
+
+// taken is how many of the queue's delivery slots are taken.
+func (q *queueWorker) taken() int { return int(q.inflight.Load() & (claimReserved - 1)) }
+
+// delivering is how many of the queue's effects are in flight: the slots
+// taken, less those a row claim in progress reserved (a delivery the claim
+// started may end before the claim returns: never below 0).
+func (q *queueWorker) delivering() int {
+	v := q.inflight.Load()
+	return max(0, int(v&(claimReserved-1)-v/claimReserved))
+}
+
+// reserve takes up to n of the queue's Concurrency delivery slots, as many
+// as are free, and returns how many it took; forClaim marks them reserved
+// by a row claim in progress until claimedIn. The row claim loop reserves
+// before it claims, and a batch page's run before its handler starts, so
+// that the two together never deliver more than Concurrency effects of the
+// queue at once.
+func (q *queueWorker) reserve(n int, forClaim bool) int {
+	for {
+		cur := q.inflight.Load()
+		got := min(int64(n), int64(q.cfg.Concurrency)-cur&(claimReserved-1))
+		if got <= 0 {
+			return 0
+		}
+		add := got
+		if forClaim {
+			add += got * claimReserved
+		}
+		if q.inflight.CompareAndSwap(cur, cur+add) {
+			return int(got)
+		}
+	}
+}
+
+// claimedIn ends a row claim that reserved want slots and started n
+// deliveries in them: the rest are released.
+func (q *queueWorker) claimedIn(want, n int) {
+	// One add, so that delivering never counts the released ones.
+	q.inflight.Add(-int64(want)*claimReserved - int64(want-n))
+	if want > n {
+		q.slotsReleased()
+	}
+}
+
+// release gives n delivery slots back (slotsReleased).
+func (q *queueWorker) release(n int) {
+	if n <= 0 {
+		return
+	}
+	q.inflight.Add(-int64(n))
+	q.slotsReleased()
+}
+
+// slotsReleased wakes whoever waits for a slot: the claim loop (freed) and
+// the batch page runs in waitSlot.
+func (q *queueWorker) slotsReleased() {
+	signal(q.freed)
+	q.slotsMu.Lock()
+	if q.slotsFreed != nil {
+		close(q.slotsFreed)
+		q.slotsFreed = nil
+	}
+	q.slotsMu.Unlock()
+}
+
+// waitSlot takes one delivery slot for a batch page's run, waiting until
+// one is released; it reports false, with none taken, when done is closed
+// first.
+func (q *queueWorker) waitSlot(done <-chan struct{}) bool {
+	for {
+		if q.reserve(1, false) == 1 {
+			return true
+		}
+		q.slotsMu.Lock()
+		if q.slotsFreed == nil {
+			q.slotsFreed = make(chan struct{})
+		}
+		freed := q.slotsFreed
+		q.slotsMu.Unlock()
+		// A slot released between the reserve and the channel's making
+		// closed no channel: try again before waiting.
+		if q.reserve(1, false) == 1 {
+			return true
+		}
+		select {
+		case <-freed:
+		case <-done:
+			return false
+		}
+	}
+}
+
 // run claims while there are free slots and claimable effects, then waits for
 // a NOTIFY, a freed slot, the next due time or the poll interval (poll.go).
 func (q *queueWorker) run(ctx context.Context) {
@@ -86,7 +191,7 @@ func (q *queueWorker) run(ctx context.Context) {
 	var lastActive, lastClaim time.Time
 	var retry claimRetry
 	for {
-		free := q.cfg.Concurrency - int(q.inflight.Load())
+		free := q.cfg.Concurrency - q.taken()
 		// Backpressure: a slot is freed when its handler returns, before its
 		// completion is committed, so claims overlap group commits; but no
 		// more than Concurrency completions may wait, or a slow commit
@@ -108,9 +213,15 @@ func (q *queueWorker) run(ctx context.Context) {
 			}
 			continue
 		}
+		// The slots are taken before the claim: a batch page's runs take
+		// theirs meanwhile (reserve).
+		if want = q.reserve(want, true); want == 0 {
+			continue
+		}
 		lastClaim = time.Now()
 		q.dueAt.Store(0) // this claim takes what is due; scheduleDue finds the rest
 		n, err := q.claim(ctx, want)
+		q.claimedIn(want, n)
 		if err != nil {
 			if ctx.Err() != nil || !q.claimFailed(ctx, err, &retry) {
 				return
@@ -171,6 +282,8 @@ func (q *queueWorker) waitFreed(ctx context.Context, d time.Duration) bool {
 
 // claim claims up to want effects and starts their deliveries: under
 // durable leases, or in a row-lock batch when the queue has RowLockLease.
+// It returns how many it started, each in one of the want slots the
+// caller reserved.
 //
 // A claim that has begun is not interrupted by Stop (ctx, the run context):
 // its statements run under a finish context. Cut short, pgx closes the
@@ -200,19 +313,18 @@ func (q *queueWorker) slotReleaser() func() {
 	return func() {
 		if !freed {
 			freed = true
-			q.inflight.Add(-1)
-			signal(q.freed)
+			q.release(1)
 		}
 	}
 }
 
+// start starts the delivery of cl in a slot its claim reserved.
 func (q *queueWorker) start(cl store.Claimed) {
 	q.c.m.claimed.WithLabelValues(q.name).Inc()
 	q.c.m.claimLatency.WithLabelValues(q.name).Observe(cl.ClaimLatency.Seconds())
 	ctx, cancel := context.WithCancelCause(q.c.life.Work())
 	fence := cl.Fence()
 	q.c.leases.Put(&engine.Held{Fence: fence, Cancel: cancel})
-	q.inflight.Add(1)
 	q.c.life.AddDelivery()
 	go func() {
 		// The slot goes back as soon as the handler has returned: the
