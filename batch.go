@@ -244,7 +244,10 @@ type pageState struct {
 	cut  bool            // the page was settled: start nothing more
 	// cutDone is closed when cut is set: a run waiting for a slot gives up.
 	cutDone chan struct{}
-	found   bool // the settle matched the lease (read after settled)
+	// lost is set when the batch's lease was lost while the page ran: its
+	// running runs were cancelled, and no run starts any more.
+	lost  bool
+	found bool // the settle matched the lease (read after settled)
 	// settled is closed once the page's settle has returned.
 	settled chan struct{}
 }
@@ -446,6 +449,25 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 		order = append(order, i)
 	}
 	w := newPageWork(p, order)
+	// A lost batch lease (deliverBatch's extender cancels ctx with
+	// ErrLeaseLost) cancels the runs still running from the batch, as a
+	// lost lease cancels a delivery in the row storage: another consumer
+	// took the batch over and delivers them again. A promoted run has a
+	// durable lease of its own and goes on.
+	stopLost := context.AfterFunc(ctx, func() {
+		if !errors.Is(context.Cause(ctx), ErrLeaseLost) {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.lost = true
+		for i := range runs {
+			if r := &runs[i]; r.ran && !r.done && r.promote == nil {
+				r.cancel(ErrLeaseLost)
+			}
+		}
+	})
+	defer stopLost()
 	// Stop waits for the page's runs, promoted ones included.
 	q.c.life.AddDelivery()
 	allDone, offered := make(chan struct{}), make(chan struct{})
@@ -573,7 +595,7 @@ func firstOfKeys(page []store.Claimed) []bool {
 func (q *queueWorker) runOne(p *pageState, i int) {
 	r := &p.runs[i]
 	p.mu.Lock()
-	if p.cut {
+	if p.cut || p.lost {
 		p.mu.Unlock()
 		return
 	}
@@ -591,7 +613,7 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 	}
 	defer q.release(1)
 	p.mu.Lock()
-	if p.cut {
+	if p.cut || p.lost {
 		p.mu.Unlock()
 		return
 	}

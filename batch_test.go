@@ -762,3 +762,53 @@ func TestBatchStorageConcurrencyCountsRowDeliveries(t *testing.T) {
 		t.Errorf("%d of the page's effects went to pgoutbox.effects, want none: each waited for a slot and ran from its batch", fromRows)
 	}
 }
+
+// TestBatchStorageLostLeaseCancelsItsRuns: when another consumer takes a
+// batch over while a handler runs from it, the handler's context is
+// cancelled with ErrLeaseLost at the next extension, as a lost lease
+// cancels a delivery in the row storage.
+func TestBatchStorageLostLeaseCancelsItsRuns(t *testing.T) {
+	b := setup(t)
+	started, causes := make(chan struct{}, 1), make(chan error, 1)
+	b.startClient(t, pgoutbox.Config{
+		// The batch's lease is extended every 5 s: the loss is seen at the
+		// first extension after the take-over, long before the handler's
+		// own deadline (its timeout must be below the lease).
+		LeaseDuration: 15 * time.Second,
+		Queues: map[string]pgoutbox.QueueConfig{"bq": {Storage: pgoutbox.StorageBatch, Concurrency: 2,
+			PageSize: 100, PageHold: time.Hour, DeliveryTimeout: 14 * time.Second}},
+		Types: []pgoutbox.EffectType{{Name: "block", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			select {
+			case causes <- context.Cause(ctx):
+			default:
+			}
+			return ctx.Err()
+		}}},
+	})
+	b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "block", Key: "k"})
+	select {
+	case <-started:
+	case <-b.ctx.Done():
+		t.Fatal("the handler never started")
+	}
+	// Another consumer takes the batch over.
+	tag, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.stream_batches
+		SET lease_token = gen_random_uuid(), lease_owner = 'thief', lease_expires_at = now() + interval '1 hour'
+		WHERE queue = 'bq' AND done_at IS NULL AND lease_token IS NOT NULL`)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("taking the batch over: %v, %d rows, want 1", err, tag.RowsAffected())
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, pgoutbox.ErrLeaseLost) {
+			t.Fatalf("the handler's context was cancelled with %v, want ErrLeaseLost", cause)
+		}
+	case <-b.ctx.Done():
+		t.Fatal("the handler ran on after its batch's lease was taken over: not cancelled")
+	}
+}
