@@ -637,27 +637,12 @@ func TestBatchStorageEffectDetail(t *testing.T) {
 func TestBatchStorageRunsUpToConcurrency(t *testing.T) {
 	b := setup(t)
 	const conc, n = 3, 10
-	var running, most, started atomic.Int64
-	release := make(chan struct{})
-	seen := newCounter()
+	p := newConcurrencyProbe(conc)
 	c := b.startClient(t, pgoutbox.Config{
 		LeaseDuration: 3 * time.Hour,
 		Queues: map[string]pgoutbox.QueueConfig{"bq": {Storage: pgoutbox.StorageBatch, Concurrency: conc,
 			PageSize: 100, PageHold: time.Hour, DeliveryTimeout: time.Hour}},
-		Types: []pgoutbox.EffectType{{Name: "block", ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
-			now := running.Add(1)
-			defer running.Add(-1)
-			for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-			}
-			started.Add(1)
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			seen.add(d)
-			return nil
-		}}},
+		Types: []pgoutbox.EffectType{{Name: "block", ReplaySafe: true, Handler: p.block}},
 	})
 	w := watch(t, c)
 	var effects []pgoutbox.Effect
@@ -665,24 +650,14 @@ func TestBatchStorageRunsUpToConcurrency(t *testing.T) {
 		effects = append(effects, pgoutbox.Effect{Queue: "bq", Type: "block", Key: fmt.Sprint(i)})
 	}
 	ids := b.enqueue(t, effects...)
-	for i := range n {
-		b.waitFor(t, fmt.Sprintf("%d handlers running (%d started)", min(conc, n-i), i), func() bool {
-			return most.Load() > conc ||
-				running.Load() == int64(min(conc, n-i)) && started.Load() == int64(min(n, i+conc))
-		})
-		if m := most.Load(); m > conc {
-			close(release)
-			t.Fatalf("%d handlers ran at once, above the queue's Concurrency of %d", m, conc)
-		}
-		release <- struct{}{}
-	}
+	p.releaseAll(t, b, n)
 	for _, id := range ids {
 		b.waitEvent(t, w, id, "completed")
-		if k := seen.count(id); k != 1 {
+		if k := p.seen.count(id); k != 1 {
 			t.Errorf("effect %d delivered %d times, want once", id, k)
 		}
 	}
-	if m := most.Load(); m != conc {
+	if m := p.most.Load(); m != conc {
 		t.Errorf("at most %d handlers ran at once, want %d (the queue's Concurrency)", m, conc)
 	}
 	if k := b.count(t); k != 0 {
@@ -699,28 +674,14 @@ func TestBatchStorageRunsUpToConcurrency(t *testing.T) {
 func TestBatchStorageConcurrencyCountsRowDeliveries(t *testing.T) {
 	b := setup(t)
 	const conc, rowsN, pageN = 3, 3, 5
-	var running, most, started atomic.Int64
-	release := make(chan struct{})
-	block := func(ctx context.Context, d *pgoutbox.Delivery) error {
-		now := running.Add(1)
-		defer running.Add(-1)
-		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-		}
-		started.Add(1)
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		return nil
-	}
+	p := newConcurrencyProbe(conc)
 	c := b.startClient(t, pgoutbox.Config{
 		LeaseDuration: 3 * time.Hour,
 		Queues: map[string]pgoutbox.QueueConfig{"bq": {Storage: pgoutbox.StorageBatch, Concurrency: conc,
 			PageSize: 100, PageHold: time.Hour, DeliveryTimeout: time.Hour}},
 		Types: []pgoutbox.EffectType{
-			{Name: "once", Handler: block},
-			{Name: "block", ReplaySafe: true, Handler: block},
+			{Name: "once", Handler: p.block},
+			{Name: "block", ReplaySafe: true, Handler: p.block},
 		},
 	})
 	w := watch(t, c)
@@ -730,7 +691,7 @@ func TestBatchStorageConcurrencyCountsRowDeliveries(t *testing.T) {
 	}
 	ids := b.enqueue(t, effects...)
 	b.waitFor(t, "the row storage's deliveries in every slot", func() bool {
-		return running.Load() == conc && started.Load() == conc
+		return p.running.Load() == conc && p.started.Load() == conc
 	})
 	effects = effects[:0]
 	for i := range pageN {
@@ -738,18 +699,7 @@ func TestBatchStorageConcurrencyCountsRowDeliveries(t *testing.T) {
 	}
 	pageIDs := b.enqueue(t, effects...)
 	ids = append(ids, pageIDs...)
-	const n = rowsN + pageN
-	for i := range n {
-		b.waitFor(t, fmt.Sprintf("%d handlers running (%d started)", min(conc, n-i), min(n, i+conc)), func() bool {
-			return most.Load() > conc ||
-				running.Load() == int64(min(conc, n-i)) && started.Load() == int64(min(n, i+conc))
-		})
-		if m := most.Load(); m > conc {
-			close(release)
-			t.Fatalf("%d handlers ran at once, above the queue's Concurrency of %d", m, conc)
-		}
-		release <- struct{}{}
-	}
+	p.releaseAll(t, b, rowsN+pageN)
 	for _, id := range ids {
 		b.waitEvent(t, w, id, "completed")
 	}
@@ -810,5 +760,52 @@ func TestBatchStorageLostLeaseCancelsItsRuns(t *testing.T) {
 		}
 	case <-b.ctx.Done():
 		t.Fatal("the handler ran on after its batch's lease was taken over: not cancelled")
+	}
+}
+
+// concurrencyProbe is a handler that blocks until released, counting the
+// handlers running at once and the most that ever did.
+type concurrencyProbe struct {
+	conc                   int
+	running, most, started atomic.Int64
+	release                chan struct{}
+	seen                   *counter
+}
+
+func newConcurrencyProbe(conc int) *concurrencyProbe {
+	return &concurrencyProbe{conc: conc, release: make(chan struct{}), seen: newCounter()}
+}
+
+func (p *concurrencyProbe) block(ctx context.Context, d *pgoutbox.Delivery) error {
+	now := p.running.Add(1)
+	defer p.running.Add(-1)
+	for m := p.most.Load(); now > m && !p.most.CompareAndSwap(m, now); m = p.most.Load() {
+	}
+	p.started.Add(1)
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.seen.add(d)
+	return nil
+}
+
+// releaseAll releases n blocked handlers one by one, each once the queue's
+// Concurrency of them (or all that are left) run, and fails the test when
+// more ever ran at once.
+func (p *concurrencyProbe) releaseAll(t *testing.T, b *bundle, n int) {
+	t.Helper()
+	conc := p.conc
+	for i := range n {
+		b.waitFor(t, fmt.Sprintf("%d handlers running (%d started)", min(conc, n-i), min(n, i+conc)), func() bool {
+			return p.most.Load() > int64(conc) ||
+				p.running.Load() == int64(min(conc, n-i)) && p.started.Load() == int64(min(n, i+conc))
+		})
+		if m := p.most.Load(); m > int64(conc) {
+			close(p.release)
+			t.Fatalf("%d handlers ran at once, above the queue's Concurrency of %d", m, conc)
+		}
+		p.release <- struct{}{}
 	}
 }
