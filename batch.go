@@ -250,6 +250,8 @@ type pageState struct {
 	found bool // the settle matched the lease (read after settled)
 	// settled is closed once the page's settle has returned.
 	settled chan struct{}
+	// token is the batch's lease token as its runs' Delivery.LeaseToken.
+	token string
 }
 
 // runPool runs the effects of a batch's pages on an elastic pool of
@@ -413,7 +415,7 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 			Passed: store.PassedTypes(page)}, nil)
 	}
 	p := &pageState{runs: make([]pageRun, len(page)), held: map[string]bool{}, settled: make(chan struct{}),
-		cutDone: make(chan struct{})}
+		cutDone: make(chan struct{}), token: b.Token.String()}
 	var keys []string
 	for _, cl := range page {
 		if cl.OrderingKey != "" {
@@ -617,7 +619,7 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 		p.mu.Unlock()
 		return
 	}
-	q.prepareRun(r)
+	q.prepareRun(r, p.token)
 	p.mu.Unlock()
 	herr := q.deliverer.Handle(r.runCtx, r.job)
 	p.mu.Lock()
@@ -652,13 +654,14 @@ func (q *queueWorker) runsFromBatch(cl store.Claimed) bool {
 	return ok && t.ReplaySafe && t.Handler != nil && t.TxHandler == nil && cl.ClaimLatency >= 0
 }
 
-// prepareRun readies r's delivery (its first attempt): its Delivery, its
-// span, its job fenced by the durable lease it gets if it is promoted, and
-// its own context, which a lost promoted lease cancels.
-func (q *queueWorker) prepareRun(r *pageRun) {
+// prepareRun readies r's delivery (its first attempt): its Delivery (with
+// token, the batch's lease token), its span, its job fenced by the durable
+// lease it gets if it is promoted, and its own context, which a lost
+// promoted lease cancels.
+func (q *queueWorker) prepareRun(r *pageRun, token string) {
 	q.claimed.Inc()
 	q.claimLatency.Observe(r.cl.ClaimLatency.Seconds())
-	r.d, r.ran, r.start = newDelivery(r.cl), true, time.Now()
+	r.d, r.ran, r.start = deliveryOf(r.cl, token), true, time.Now()
 	var ctx context.Context
 	ctx, r.cancel = context.WithCancelCause(q.c.life.Work())
 	q.runContexts.Add(1)

@@ -346,14 +346,21 @@ func (q *queueWorker) start(cl store.Claimed) {
 // newDelivery is the one mapping of a claimed row to the Delivery its
 // handler sees (the Client, the manual lease API and the broker consumer).
 func newDelivery(cl store.Claimed) *Delivery {
-	d := &Delivery{
+	var token string
+	if cl.Token != (uuid.UUID{}) {
+		token = cl.Token.String()
+	}
+	return deliveryOf(cl, token)
+}
+
+// deliveryOf is newDelivery with cl's lease token already formatted: a
+// batch page's effects share their batch's, formatted once a page.
+func deliveryOf(cl store.Claimed, token string) *Delivery {
+	return &Delivery{
 		ID: cl.ID, Queue: cl.Queue, Type: cl.Type, Key: cl.Key, Payload: cl.Payload,
 		Attempt: cl.Attempt, MaxAttempts: cl.MaxAttempts, CreatedAt: cl.CreatedAt, OrderingKey: cl.OrderingKey,
+		LeaseToken: token,
 	}
-	if cl.Token != (uuid.UUID{}) {
-		d.LeaseToken = cl.Token.String()
-	}
-	return d
 }
 
 // timeout is the delivery timeout of type t in this queue.
