@@ -2,7 +2,6 @@ package pgoutbox
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +28,7 @@ type queueWorker struct {
 	inflight atomic.Int64
 	// slotsFreed is closed, and forgotten, when slots are released while a
 	// batch page's run waits for one (waitSlot); nil when none waits.
-	slotsMu    sync.Mutex
-	slotsFreed chan struct{}
+	slotsFreed atomic.Pointer[chan struct{}]
 	// pending counts completions handed to the group committer and not yet
 	// written.
 	pending atomic.Int64
@@ -144,12 +142,9 @@ func (q *queueWorker) release(n int) {
 // the batch page runs in waitSlot.
 func (q *queueWorker) slotsReleased() {
 	signal(q.freed)
-	q.slotsMu.Lock()
-	if q.slotsFreed != nil {
-		close(q.slotsFreed)
-		q.slotsFreed = nil
+	if freed := q.slotsFreed.Swap(nil); freed != nil {
+		close(*freed)
 	}
-	q.slotsMu.Unlock()
 }
 
 // waitSlot takes one delivery slot for a batch page's run, waiting until
@@ -160,19 +155,21 @@ func (q *queueWorker) waitSlot(done <-chan struct{}) bool {
 		if q.reserve(1, false) == 1 {
 			return true
 		}
-		q.slotsMu.Lock()
-		if q.slotsFreed == nil {
-			q.slotsFreed = make(chan struct{})
+		freed := q.slotsFreed.Load()
+		if freed == nil {
+			ch := make(chan struct{})
+			if !q.slotsFreed.CompareAndSwap(nil, &ch) {
+				continue // another waiter's channel, or a release: look again
+			}
+			freed = &ch
 		}
-		freed := q.slotsFreed
-		q.slotsMu.Unlock()
-		// A slot released between the reserve and the channel's making
-		// closed no channel: try again before waiting.
+		// A slot released before the channel was published closed no
+		// channel: try again before waiting.
 		if q.reserve(1, false) == 1 {
 			return true
 		}
 		select {
-		case <-freed:
+		case <-*freed:
 		case <-done:
 			return false
 		}
