@@ -19,16 +19,16 @@ test: test-deps vet
 	$(GO) test -count=1 -timeout 45m $(PKGS)
 	$(MAKE) test-batch
 
-## test-batch: the root package's tests and the reliability campaign again with every queue in batch storage (the
-## storage test matrix)
+## test-batch: the root package's tests and the reliability campaign again with every queue in batch storage, in 4
+## lanes (the storage test matrix)
 test-batch:
-	PGOUTBOX_TEST_STORAGE=batch $(GO) test -count=1 -timeout 30m .
+	PGOUTBOX_TEST_STORAGE=batch PGOUTBOX_TEST_LANES=4 $(GO) test -count=1 -timeout 30m .
 	$(MAKE) test-batch-reliability
 
-## test-batch-reliability: the reliability campaign (test/reliability) with every queue in batch storage (5-10 min on
-## 2 shared cores); `make test` runs it after the root package's batch run
+## test-batch-reliability: the reliability campaign (test/reliability) with every queue in batch storage, in 4 lanes
+## (5-10 min on 2 shared cores); `make test` runs it after the root package's batch run
 test-batch-reliability:
-	PGOUTBOX_TEST_STORAGE=batch $(GO) test -count=1 -timeout 30m ./test/reliability
+	PGOUTBOX_TEST_STORAGE=batch PGOUTBOX_TEST_LANES=4 $(GO) test -count=1 -timeout 30m ./test/reliability
 
 ## test-deps: PostgreSQL binaries, Virtuoso, rdflib, Chromium, promtool, Node.js, npm and psycopg, when missing (apt-get)
 test-deps:

@@ -35,7 +35,7 @@ func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
 	if queue == "" || (s != StorageRows && s != StorageBatch) {
 		return fmt.Errorf("pgoutbox: SetStorage(%q, %q): want a queue and %q or %q", queue, s, StorageRows, StorageBatch)
 	}
-	if err := store.SetStorage(ctx, db, []string{queue}, []string{string(s)}); err != nil {
+	if err := store.SetStorage(ctx, db, []string{queue}, []string{string(s)}, nil); err != nil {
 		return fmt.Errorf("pgoutbox: record the storage of queue %q: %w", queue, err)
 	}
 	return nil
@@ -46,13 +46,15 @@ func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
 func (c *Client) recordStorage(ctx context.Context) error {
 	names := slices.Sorted(maps.Keys(c.queues))
 	var queues, storages []string
+	var lanes []int32
 	for _, name := range names {
 		if s := c.queues[name].cfg.Storage; s != "" {
 			queues, storages = append(queues, name), append(storages, string(s))
+			lanes = append(lanes, int32(c.queues[name].cfg.Lanes))
 		}
 	}
 	if len(queues) > 0 {
-		if err := store.SetStorage(ctx, c.pool, queues, storages); err != nil {
+		if err := store.SetStorage(ctx, c.pool, queues, storages, lanes); err != nil {
 			return fmt.Errorf("pgoutbox: record the queues' storage: %w", err)
 		}
 	}

@@ -278,7 +278,7 @@ func TestBatchStorageOrdering(t *testing.T) {
 // exceptions.
 func TestBatchStorageFencedSettle(t *testing.T) {
 	b := setup(t)
-	if err := store.SetStorage(b.ctx, b.pool, []string{"bq"}, []string{store.StorageBatch}); err != nil {
+	if err := store.SetStorage(b.ctx, b.pool, []string{"bq"}, []string{store.StorageBatch}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ids := b.enqueue(t, pgoutbox.Effect{Queue: "bq", Type: "t", Key: "a"}, pgoutbox.Effect{Queue: "bq", Type: "t", Key: "b"})
@@ -389,7 +389,7 @@ func TestBatchStorageSQLEnqueue(t *testing.T) {
 // and that batch, whose ids span the earlier one's, holds none of it.
 func TestBatchStorageTicksBySnapshot(t *testing.T) {
 	b := setup(t)
-	if err := store.SetStorage(b.ctx, b.pool, []string{"sq"}, []string{store.StorageBatch}); err != nil {
+	if err := store.SetStorage(b.ctx, b.pool, []string{"sq"}, []string{store.StorageBatch}, nil); err != nil {
 		t.Fatal(err)
 	}
 	slow, err := b.pool.Begin(b.ctx)

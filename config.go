@@ -167,7 +167,21 @@ type QueueConfig struct {
 	// PageHoldDefault (1 s), or half of DeliveryTimeout when that is
 	// shorter.
 	PageHold time.Duration
+	// Lanes is, for a StorageBatch queue, how many consumers may deliver
+	// it at once (docs/batch-storage.md "Lanes"): each tick splits the
+	// queue's new effects into one batch per lane by a hash of their
+	// ordering key (of their id when they have none), and each Client
+	// leases one batch at a time, so several Clients deliver different
+	// lanes while one key's effects stay in order in their lane. Recorded
+	// in the database when the Client starts, with Storage (which must be
+	// set); 1 to LanesMax. Default 0 (leave the recorded count as it is; a queue
+	// never recorded has 1 lane). Raise it only once every Client of the
+	// queue runs a version that knows lanes (migration 00031).
+	Lanes int
 }
+
+// LanesMax is the most lanes a batch queue may have (QueueConfig.Lanes).
+const LanesMax = 64
 
 // Storage is a queue's storage (QueueConfig.Storage).
 type Storage string
@@ -359,6 +373,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if q.PageHold < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].PageHold (%s) must not be negative", name, q.PageHold)
+		}
+		if q.Lanes < 0 || q.Lanes > LanesMax {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].Lanes (%d): want 1 to %d, or 0 to keep the recorded count",
+				name, q.Lanes, LanesMax)
+		}
+		if q.Lanes > 0 && q.Storage == "" {
+			return c, fmt.Errorf("pgoutbox: Config.Queues[%q].Lanes is recorded with Storage: set Storage too", name)
 		}
 		if q.Concurrency < 0 || q.ClaimBatch < 0 || q.PageSize < 0 {
 			return c, fmt.Errorf("pgoutbox: Config.Queues[%q]: Concurrency, ClaimBatch and PageSize must be positive", name)

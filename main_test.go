@@ -64,7 +64,8 @@ func (b *bundle) startClient(t *testing.T, cfg pgoutbox.Config) *pgoutbox.Client
 // guarantee tests once per storage (`make test-batch`).
 const storageEnv = pgtest.StorageEnv
 
-// withTestStorage is queues with storageEnv's storage where none is set.
+// withTestStorage is queues with storageEnv's storage where none is set,
+// and a batch queue with pgtest.LanesEnv's lanes where it sets none.
 func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox.QueueConfig {
 	s := pgoutbox.Storage(pgtest.Storage())
 	if s == "" {
@@ -74,6 +75,9 @@ func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox
 	for name, q := range queues {
 		if q.Storage == "" {
 			q.Storage = s
+		}
+		if q.Storage == pgoutbox.StorageBatch && q.Lanes == 0 {
+			q.Lanes = pgtest.Lanes()
 		}
 		out[name] = q
 	}

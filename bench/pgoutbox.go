@@ -37,6 +37,9 @@ type pgKnobs struct {
 	// pageSize is QueueConfig.PageSize of a batch queue (knob page=N; 0:
 	// the engine default, pgoutbox.PageSizeDefault).
 	pageSize int
+	// lanes is QueueConfig.Lanes of a batch queue (knob lanes=N; 0: the
+	// engine default, one lane in the benchmark's fresh databases).
+	lanes int
 	// notify00005 puts back migration 00005's NOTIFY limiter (an open
 	// transaction holding the queue's notifier lock silences the other
 	// producers) after the migrations: the before of migration 00011.
@@ -179,7 +182,7 @@ func (s *pgSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerCon
 		Queue: pgQueue, Type: pgType, Payload: newArgs(s.payloadBytes),
 		Concurrency: wc.workers, Clients: s.knobs.clients, ClaimBatch: s.knobs.claimBatch,
 		RowLockLease: s.knobs.rowLock, ClaimCooldown: s.knobs.claimCooldown,
-		Storage: s.knobs.storage, PageSize: s.knobs.pageSize,
+		Storage: s.knobs.storage, PageSize: s.knobs.pageSize, Lanes: s.knobs.lanes,
 		PollInterval: s.knobs.poll, CompletionBatch: s.knobs.completionBatch,
 		OnStart: wc.onWork, Logger: s.logger,
 	}

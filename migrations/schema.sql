@@ -1048,6 +1048,7 @@ DECLARE
     v_head   bigint;
     v_locked boolean;
     v_batch  pgoutbox.stream_batches;
+    v_slot   smallint;
 BEGIN
     SELECT array_agg(x.id ORDER BY x.id) INTO v_ids FROM (
         SELECT e.id FROM pgoutbox.effects e
@@ -1064,8 +1065,9 @@ BEGIN
     -- Batch storage: a later effect of a move-on dead letter's key may be
     -- in delivery from a batch page, which writes no row until it settles.
     -- Each queue of such a dead letter that is a batch queue, or still has
-    -- open batches, gets its oldest open batch (the only one a consumer may
-    -- lease) share-locked, so no page of it starts or settles, and no
+    -- open batches, gets, for each slot of their keys (migration 00031), its
+    -- oldest open batch holding the slot (the only one of them a consumer
+    -- may lease) share-locked, so no page of it starts or settles, and no
     -- consumer leases it, before this transaction commits; with no open
     -- batch, its tick lock, so none is closed meanwhile. A page that starts
     -- after the commit finds the replayed effect heading its key
@@ -1078,22 +1080,24 @@ BEGIN
     -- waits for this transaction at its first statement, holding nothing,
     -- so its OnComplete transitions, which may take ordering locks, never
     -- wait for this transaction while it waits for their batch.
-    FOR v_queue IN
-        SELECT DISTINCT e.queue FROM pgoutbox.effects e
+    FOR v_queue, v_slot IN
+        SELECT DISTINCT e.queue, pgoutbox.stream_slot(e.ordering_key, e.id) FROM pgoutbox.effects e
         WHERE e.id = ANY(v_ids) AND e.ordering_key IS NOT NULL
           AND pgoutbox.dead_letter_moves_on(e.queue, e.effect_type)
           AND (EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = e.queue AND s.storage = 'batch')
                OR EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = e.queue AND x.done_at IS NULL))
-        ORDER BY e.queue
+        ORDER BY 1, 2
     LOOP
         v_locked := false;
         LOOP
             SELECT x.id INTO v_head FROM pgoutbox.stream_batches x
-            WHERE x.queue = v_queue AND x.done_at IS NULL ORDER BY x.id LIMIT 1;
+            WHERE x.queue = v_queue AND x.done_at IS NULL AND v_slot BETWEEN x.slot_lo AND x.slot_hi
+            ORDER BY x.id LIMIT 1;
             IF NOT FOUND THEN
                 PERFORM pg_advisory_xact_lock(hashtextextended('pgoutbox.stream_tick.' || v_queue, 0));
                 SELECT x.id INTO v_head FROM pgoutbox.stream_batches x
-                WHERE x.queue = v_queue AND x.done_at IS NULL ORDER BY x.id LIMIT 1;
+                WHERE x.queue = v_queue AND x.done_at IS NULL AND v_slot BETWEEN x.slot_lo AND x.slot_hi
+                ORDER BY x.id LIMIT 1;
                 EXIT WHEN NOT FOUND;
             END IF;
             SELECT x.* INTO v_batch FROM pgoutbox.stream_batches x
@@ -1109,6 +1113,7 @@ BEGIN
             SELECT e.id, e.queue, v_batch.id, v_batch.lease_token, v_batch.done_through
             FROM pgoutbox.effects e
             WHERE e.id = ANY(v_ids) AND e.queue = v_queue AND e.ordering_key IS NOT NULL
+              AND pgoutbox.stream_slot(e.ordering_key, e.id) = v_slot
               AND pgoutbox.dead_letter_moves_on(e.queue, e.effect_type)
             ON CONFLICT (effect_id) DO UPDATE
             SET queue = excluded.queue, batch_id = excluded.batch_id, lease_token = excluded.lease_token,
@@ -1193,6 +1198,13 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.stream_slot(p_ordering_key text, p_id bigint) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT (CASE WHEN p_ordering_key IS NULL THEN p_id OPERATOR(pg_catalog.&) 255
+                 ELSE pg_catalog.hashtextextended(p_ordering_key, 0) OPERATOR(pg_catalog.&) 255 END)::smallint
+$$;
+
 CREATE TABLE pgoutbox.stream (
     gen smallint NOT NULL,
     id bigint NOT NULL,
@@ -1206,6 +1218,7 @@ CREATE TABLE pgoutbox.stream (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     ordering_key text,
     traceparent text,
+    slot smallint GENERATED ALWAYS AS (pgoutbox.stream_slot(ordering_key, id)) STORED NOT NULL,
     CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
@@ -1264,9 +1277,12 @@ BEGIN
     FOR g IN SELECT * FROM pgoutbox.stream_generations
              WHERE state = 'closed' AND closed_at <= now() - p_retention ORDER BY closed_at LOOP
         SELECT bool_and(NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.gen = g.gen AND s.queue = q.queue)
-                        OR EXISTS (SELECT 1 FROM pgoutbox.stream_batches b
-                                   WHERE b.queue = q.queue AND b.done_at IS NOT NULL
-                                     AND pg_visible_in_snapshot(g.closed_xid, b.snap)))
+                        OR (EXISTS (SELECT 1 FROM pgoutbox.stream_batches b
+                                    WHERE b.queue = q.queue AND pg_visible_in_snapshot(g.closed_xid, b.snap))
+                            AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches o
+                                            WHERE o.queue = q.queue AND o.done_at IS NULL
+                                              AND (o.prev_snap IS NULL
+                                                   OR NOT pg_visible_in_snapshot(g.closed_xid, o.prev_snap)))))
         INTO v_settled
         FROM pgoutbox.queue_storage q;
         IF coalesce(v_settled, true) THEN
@@ -1300,13 +1316,61 @@ BEGIN
         END;
     END IF;
 
-    -- Settled batches but each queue's newest: that one's snapshot is the
-    -- next tick's lower bound.
+    -- Settled batches but the newest of each queue's slot range: it tells
+    -- that the range's earlier rows are settled (pgoutbox.effect_states),
+    -- and the newest batch, kept so, is the next tick's lower bound.
     DELETE FROM pgoutbox.stream_batches b
     WHERE b.done_at IS NOT NULL
-      AND b.id < (SELECT max(l.id) FROM pgoutbox.stream_batches l WHERE l.queue = b.queue AND l.done_at IS NOT NULL);
+      AND b.id < (SELECT max(l.id) FROM pgoutbox.stream_batches l
+                  WHERE l.queue = b.queue AND l.slot_lo = b.slot_lo AND l.slot_hi = b.slot_hi AND l.done_at IS NOT NULL);
     RETURN v_n;
 END;
+$$;
+
+CREATE TABLE pgoutbox.stream_batches (
+    queue text NOT NULL,
+    id bigint NOT NULL,
+    snap pg_snapshot NOT NULL,
+    prev_snap pg_snapshot,
+    min_id bigint NOT NULL,
+    max_id bigint NOT NULL,
+    effects bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_token uuid,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    done_through bigint NOT NULL,
+    done_at timestamp with time zone,
+    type_names text[],
+    type_effects bigint[],
+    type_available_at timestamp with time zone[],
+    type_passed bigint[],
+    slot_lo smallint DEFAULT 0 NOT NULL,
+    slot_hi smallint DEFAULT 255 NOT NULL,
+    CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256)),
+    CONSTRAINT stream_batches_slots CHECK ((((slot_lo >= 0) AND (slot_lo <= slot_hi)) AND (slot_hi <= 255)))
+);
+
+COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
+
+COMMENT ON COLUMN pgoutbox.stream_batches.type_names IS 'The effect types of the batch (NULL: ticked before migration 00030); type_effects, type_available_at and type_passed are aligned with it.';
+
+COMMENT ON COLUMN pgoutbox.stream_batches.slot_lo IS 'The batch''s lane: the stream rows whose slot is between slot_lo and slot_hi (migration 00031).';
+
+CREATE FUNCTION pgoutbox.stream_next_batch(p_queue text) RETURNS SETOF pgoutbox.stream_batches
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT b.* FROM pgoutbox.stream_batches b
+    WHERE b.queue = p_queue AND b.done_at IS NULL
+      AND (b.lease_token IS NULL OR b.lease_expires_at < now())
+      AND NOT EXISTS (
+        SELECT 1 FROM pgoutbox.stream_batches x
+        WHERE x.queue = p_queue AND x.done_at IS NULL AND x.id < b.id
+          AND x.slot_lo <= b.slot_hi AND b.slot_lo <= x.slot_hi)
+    ORDER BY b.id
+    LIMIT 1
+    FOR UPDATE OF b SKIP LOCKED
 $$;
 
 CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer) RETURNS SETOF pgoutbox.stream
@@ -1318,6 +1382,21 @@ CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigi
     AS $$
     SELECT s.* FROM pgoutbox.stream s
     WHERE s.queue = p_queue AND s.id > p_after AND s.id <= p_max_id
+      AND pg_visible_in_snapshot(s.xid, p_snap)
+      AND (p_prev IS NULL OR NOT pg_visible_in_snapshot(s.xid, p_prev))
+    ORDER BY s.id
+    LIMIT p_limit
+$$;
+
+CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer, p_slot_lo smallint, p_slot_hi smallint) RETURNS SETOF pgoutbox.stream
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+    SELECT s.* FROM pgoutbox.stream s
+    WHERE s.queue = p_queue AND s.id > p_after AND s.id <= p_max_id AND s.slot >= p_slot_lo AND s.slot <= p_slot_hi
       AND pg_visible_in_snapshot(s.xid, p_snap)
       AND (p_prev IS NULL OR NOT pg_visible_in_snapshot(s.xid, p_prev))
     ORDER BY s.id
@@ -1343,12 +1422,8 @@ DECLARE
     v_last  bigint;
     v_prev  pg_snapshot;
     v_snap  pg_snapshot;
-    v_min   bigint;
-    v_max   bigint;
-    v_count bigint;
-    v_names text[];
-    v_n     bigint[];
-    v_avail timestamptz[];
+    v_lanes integer;
+    v_n     bigint;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'pgoutbox: stream_tick must run under READ COMMITTED'
@@ -1358,24 +1433,32 @@ BEGIN
     SELECT b.id, b.snap INTO v_last, v_prev FROM pgoutbox.stream_batches b
     WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;
     SELECT pg_current_snapshot() INTO v_snap; -- a query: a fresh snapshot, taken after the lock
+    SELECT coalesce((SELECT q.lanes FROM pgoutbox.queue_storage q WHERE q.queue = p_queue), 1) INTO v_lanes;
     -- A row is new when its transaction committed in v_snap and not in
     -- v_prev: its xid is at or past v_prev's xmax, or was in progress then.
-    SELECT min(t.lo), max(t.hi), coalesce(sum(t.n), 0), array_agg(t.effect_type ORDER BY t.effect_type),
-        array_agg(t.n ORDER BY t.effect_type), array_agg(t.avail ORDER BY t.effect_type)
-    INTO v_min, v_max, v_count, v_names, v_n, v_avail
+    -- Lane l holds the slots s with s * lanes / 256 = l: from
+    -- ceil(256 l / lanes) to ceil(256 (l + 1) / lanes) - 1.
+    INSERT INTO pgoutbox.stream_batches (queue, id, snap, prev_snap, min_id, max_id, effects, done_through,
+        type_names, type_effects, type_available_at, type_passed, slot_lo, slot_hi)
+    SELECT p_queue, coalesce(v_last, 0) + row_number() OVER (ORDER BY l.lane), v_snap, v_prev, l.lo, l.hi, l.n,
+        l.lo - 1, l.names, l.counts, l.avail, array_fill(0::bigint, ARRAY[cardinality(l.names)]),
+        ((256 * l.lane + v_lanes - 1) / v_lanes)::smallint, ((256 * (l.lane + 1) + v_lanes - 1) / v_lanes - 1)::smallint
     FROM (
-        SELECT s.effect_type, min(s.id) AS lo, max(s.id) AS hi, count(*) AS n, min(s.available_at) AS avail
-        FROM pgoutbox.stream_after(p_queue, v_prev) s
-        WHERE pg_visible_in_snapshot(s.xid, v_snap)
-        GROUP BY s.effect_type
-    ) t;
-    IF v_count = 0 THEN
+        SELECT t.lane, min(t.lo) AS lo, max(t.hi) AS hi, sum(t.n) AS n, array_agg(t.effect_type ORDER BY t.effect_type)
+            AS names, array_agg(t.n ORDER BY t.effect_type) AS counts, array_agg(t.avail ORDER BY t.effect_type) AS avail
+        FROM (
+            SELECT s.slot * v_lanes / 256 AS lane, s.effect_type, min(s.id) AS lo, max(s.id) AS hi, count(*) AS n,
+                min(s.available_at) AS avail
+            FROM pgoutbox.stream_after(p_queue, v_prev) s
+            WHERE pg_visible_in_snapshot(s.xid, v_snap)
+            GROUP BY 1, 2
+        ) t
+        GROUP BY t.lane
+    ) l;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_n = 0 THEN
         RETURN NULL;
     END IF;
-    INSERT INTO pgoutbox.stream_batches (queue, id, snap, prev_snap, min_id, max_id, effects, done_through,
-        type_names, type_effects, type_available_at, type_passed)
-    VALUES (p_queue, coalesce(v_last, 0) + 1, v_snap, v_prev, v_min, v_max, v_count, v_min - 1,
-        v_names, v_n, v_avail, array_fill(0::bigint, ARRAY[cardinality(v_names)]));
     RETURN coalesce(v_last, 0) + 1;
 END;
 $$;
@@ -1402,18 +1485,16 @@ BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         PERFORM pgoutbox.stream_tick(p_queue);
     END IF;
-    -- Batch after batch, oldest first, until p_max effects moved.
+    -- Batch after batch, each the oldest a consumer may lease
+    -- (stream_next_batch), until p_max effects moved.
     WHILE v_moved < p_max LOOP
-        SELECT x.* INTO b FROM pgoutbox.stream_batches x
-        WHERE x.queue = p_queue AND x.done_at IS NULL
-          AND x.id = (SELECT min(y.id) FROM pgoutbox.stream_batches y WHERE y.queue = p_queue AND y.done_at IS NULL)
-          AND (x.lease_token IS NULL OR x.lease_expires_at < now())
-        FOR UPDATE SKIP LOCKED;
+        SELECT x.* INTO b FROM pgoutbox.stream_next_batch(p_queue) x;
         IF NOT FOUND THEN
             EXIT;
         END IF;
         WITH page AS (
-            SELECT * FROM pgoutbox.stream_page(p_queue, b.done_through, b.max_id, b.snap, b.prev_snap, p_max - v_moved)
+            SELECT * FROM pgoutbox.stream_page(p_queue, b.done_through, b.max_id, b.snap, b.prev_snap, p_max - v_moved,
+                b.slot_lo, b.slot_hi)
         ), marked AS (
             SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
         ), moved AS (
@@ -1775,31 +1856,6 @@ CREATE TABLE pgoutbox.effects (
     CONSTRAINT effects_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
 
-CREATE TABLE pgoutbox.stream_batches (
-    queue text NOT NULL,
-    id bigint NOT NULL,
-    snap pg_snapshot NOT NULL,
-    prev_snap pg_snapshot,
-    min_id bigint NOT NULL,
-    max_id bigint NOT NULL,
-    effects bigint NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    lease_token uuid,
-    lease_owner text,
-    lease_expires_at timestamp with time zone,
-    done_through bigint NOT NULL,
-    done_at timestamp with time zone,
-    type_names text[],
-    type_effects bigint[],
-    type_available_at timestamp with time zone[],
-    type_passed bigint[],
-    CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256))
-);
-
-COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in tick order: snapshots, fenced lease, settled position (docs/batch-storage.md).';
-
-COMMENT ON COLUMN pgoutbox.stream_batches.type_names IS 'The effect types of the batch (NULL: ticked before migration 00030); type_effects, type_available_at and type_passed are aligned with it.';
-
 CREATE VIEW pgoutbox.effect_states AS
  SELECT e.id,
     e.queue,
@@ -1862,9 +1918,15 @@ UNION ALL
             b_1.lease_owner,
             b_1.lease_expires_at,
             b_1.done_through,
-            b_1.done_at
+            b_1.done_at,
+            b_1.type_names,
+            b_1.type_effects,
+            b_1.type_available_at,
+            b_1.type_passed,
+            b_1.slot_lo,
+            b_1.slot_hi
            FROM pgoutbox.stream_batches b_1
-          WHERE ((b_1.queue = s.queue) AND pg_visible_in_snapshot(s.xid, b_1.snap) AND ((b_1.done_at IS NOT NULL) OR (b_1.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, b_1.prev_snap))))
+          WHERE ((b_1.queue = s.queue) AND ((s.slot >= b_1.slot_lo) AND (s.slot <= b_1.slot_hi)) AND pg_visible_in_snapshot(s.xid, b_1.snap) AND ((b_1.done_at IS NOT NULL) OR (b_1.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, b_1.prev_snap))))
           ORDER BY b_1.id
          LIMIT 1) b ON (true))
      CROSS JOIN LATERAL ( SELECT (
@@ -1980,11 +2042,15 @@ CREATE TABLE pgoutbox.queue_storage (
     queue text NOT NULL,
     storage text NOT NULL,
     chosen_at timestamp with time zone DEFAULT now() NOT NULL,
+    lanes smallint DEFAULT 1 NOT NULL,
+    CONSTRAINT queue_storage_lanes CHECK (((lanes >= 1) AND (lanes <= 64))),
     CONSTRAINT queue_storage_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128))),
     CONSTRAINT queue_storage_storage_check CHECK ((storage = ANY (ARRAY['rows'::text, 'batch'::text])))
 );
 
 COMMENT ON TABLE pgoutbox.queue_storage IS 'Storage of each queue (rows: one row per effect; batch: pgoutbox.stream), written by the Clients that claim it.';
+
+COMMENT ON COLUMN pgoutbox.queue_storage.lanes IS 'Lanes of a batch queue (QueueConfig.Lanes): consumers that may deliver it at once, each a range of slots.';
 
 CREATE TABLE pgoutbox.replay_barriers (
     effect_id bigint NOT NULL,
@@ -2031,6 +2097,7 @@ CREATE TABLE pgoutbox.stream_0 (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     ordering_key text,
     traceparent text,
+    slot smallint GENERATED ALWAYS AS (pgoutbox.stream_slot(ordering_key, id)) STORED NOT NULL,
     CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
@@ -2052,6 +2119,7 @@ CREATE TABLE pgoutbox.stream_1 (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     ordering_key text,
     traceparent text,
+    slot smallint GENERATED ALWAYS AS (pgoutbox.stream_slot(ordering_key, id)) STORED NOT NULL,
     CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
@@ -2073,6 +2141,7 @@ CREATE TABLE pgoutbox.stream_2 (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     ordering_key text,
     traceparent text,
+    slot smallint GENERATED ALWAYS AS (pgoutbox.stream_slot(ordering_key, id)) STORED NOT NULL,
     CONSTRAINT stream_effect_type_check CHECK (((effect_type <> ''::text) AND (length(effect_type) <= 128))),
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
@@ -2103,15 +2172,29 @@ CREATE VIEW pgoutbox.stream_pending AS
             WHEN ((o.lease_token IS NOT NULL) AND (o.lease_expires_at > now())) THEN 'leased'::text
             ELSE 'available'::text
         END)::pgoutbox.effect_state AS state
-   FROM (((pgoutbox.queue_storage q
-     LEFT JOIN LATERAL ( SELECT d.snap
+   FROM ((((pgoutbox.queue_storage q
+     LEFT JOIN LATERAL ( SELECT n.snap
+           FROM pgoutbox.stream_batches n
+          WHERE (n.queue = q.queue)
+          ORDER BY n.id DESC
+         LIMIT 1) newest ON (true))
+     LEFT JOIN LATERAL ( SELECT d.prev_snap,
+            true AS open
            FROM pgoutbox.stream_batches d
-          WHERE ((d.queue = q.queue) AND (d.done_at IS NOT NULL))
-          ORDER BY d.id DESC
-         LIMIT 1) last ON (true))
-     CROSS JOIN LATERAL pgoutbox.stream_after(q.queue, last.snap) s(gen, id, xid, queue, effect_type, idempotency_key, payload, max_attempts, available_at, created_at, ordering_key, traceparent))
-     LEFT JOIN pgoutbox.stream_batches o ON (((o.queue = q.queue) AND (o.done_at IS NULL) AND ((s.id >= o.min_id) AND (s.id <= o.max_id)) AND pg_visible_in_snapshot(s.xid, o.snap) AND ((o.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))))
-  WHERE (NOT COALESCE((o.done_through >= s.id), false));
+          WHERE ((d.queue = q.queue) AND (d.done_at IS NULL))
+          ORDER BY d.id
+         LIMIT 1) oldest ON (true))
+     CROSS JOIN LATERAL pgoutbox.stream_after(q.queue,
+        CASE
+            WHEN oldest.open THEN oldest.prev_snap
+            ELSE newest.snap
+        END) s(gen, id, xid, queue, effect_type, idempotency_key, payload, max_attempts, available_at, created_at, ordering_key, traceparent, slot))
+     LEFT JOIN pgoutbox.stream_batches o ON (((o.queue = q.queue) AND (o.done_at IS NULL) AND ((s.id >= o.min_id) AND (s.id <= o.max_id)) AND ((s.slot >= o.slot_lo) AND (s.slot <= o.slot_hi)) AND pg_visible_in_snapshot(s.xid, o.snap) AND ((o.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))))
+  WHERE
+        CASE
+            WHEN (o.queue IS NULL) THEN (NOT COALESCE(pg_visible_in_snapshot(s.xid, newest.snap), false))
+            ELSE (NOT COALESCE((o.done_through >= s.id), false))
+        END;
 
 COMMENT ON VIEW pgoutbox.stream_pending IS 'Stream effects still to deliver, available or leased (docs/batch-storage.md).';
 
@@ -2239,19 +2322,19 @@ CREATE INDEX effects_parked_idx ON pgoutbox.effects USING btree (queue, ordering
 
 CREATE UNIQUE INDEX enqueue_grants_key ON pgoutbox.enqueue_grants USING btree (grantee, queue, COALESCE(effect_type, ''::text));
 
-CREATE INDEX stream_id_idx ON ONLY pgoutbox.stream USING btree (id);
+CREATE INDEX stream_id_idx ON ONLY pgoutbox.stream USING btree (id, slot);
 
-CREATE INDEX stream_0_id_idx ON pgoutbox.stream_0 USING btree (id);
+CREATE INDEX stream_0_id_slot_idx ON pgoutbox.stream_0 USING btree (id, slot);
 
 CREATE INDEX stream_xid_idx ON ONLY pgoutbox.stream USING btree (queue, xid);
 
 CREATE INDEX stream_0_queue_xid_idx ON pgoutbox.stream_0 USING btree (queue, xid);
 
-CREATE INDEX stream_1_id_idx ON pgoutbox.stream_1 USING btree (id);
+CREATE INDEX stream_1_id_slot_idx ON pgoutbox.stream_1 USING btree (id, slot);
 
 CREATE INDEX stream_1_queue_xid_idx ON pgoutbox.stream_1 USING btree (queue, xid);
 
-CREATE INDEX stream_2_id_idx ON pgoutbox.stream_2 USING btree (id);
+CREATE INDEX stream_2_id_slot_idx ON pgoutbox.stream_2 USING btree (id, slot);
 
 CREATE INDEX stream_2_queue_xid_idx ON pgoutbox.stream_2 USING btree (queue, xid);
 
@@ -2261,15 +2344,15 @@ CREATE UNIQUE INDEX stream_generations_one_current ON pgoutbox.stream_generation
 
 CREATE INDEX stream_settled_at_idx ON pgoutbox.stream_settled USING btree (settled_at);
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_id_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_id_slot_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_0_queue_xid_idx;
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_id_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_id_slot_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_1_queue_xid_idx;
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_id_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_id_slot_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_2_queue_xid_idx;
 
@@ -2356,7 +2439,11 @@ REVOKE ALL ON FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) F
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.stream_next_batch(p_queue text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer, p_slot_lo smallint, p_slot_hi smallint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_tick(p_queue text) FROM PUBLIC;
 

@@ -202,6 +202,9 @@ type PgoutboxConfig struct {
 	// reads and settles (0: the engine default, pgoutbox.PageSizeDefault);
 	// only a batch queue uses it.
 	PageSize int
+	// Lanes is QueueConfig.Lanes of a batch queue (0: the recorded count,
+	// 1 in a fresh database).
+	Lanes int
 	// PollInterval is Config.PollInterval (0: the engine default).
 	PollInterval time.Duration
 	// CompletionBatch is Config.CompletionBatch (0: the engine default).
@@ -254,7 +257,7 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 		c, err := pgoutbox.NewClient(pool, pgoutbox.Config{
 			Queues: map[string]pgoutbox.QueueConfig{
 				cfg.Queue: {Concurrency: conc, ClaimBatch: batch, RowLockLease: cfg.RowLockLease, ClaimCooldown: cfg.ClaimCooldown,
-					Storage: cfg.Storage, PageSize: cfg.PageSize},
+					Storage: cfg.Storage, PageSize: cfg.PageSize, Lanes: cfg.Lanes},
 			},
 			Types:           []pgoutbox.EffectType{{Name: cfg.Type, ReplaySafe: true, Handler: handler}},
 			PollInterval:    cfg.PollInterval,
@@ -280,7 +283,8 @@ func (r *Pgoutbox) RecordStorage(ctx context.Context, db *pgxpool.Pool) error {
 	if r.cfg.Storage == "" {
 		return nil
 	}
-	if err := store.SetStorage(ctx, db, []string{r.cfg.Queue}, []string{string(r.cfg.Storage)}); err != nil {
+	err := store.SetStorage(ctx, db, []string{r.cfg.Queue}, []string{string(r.cfg.Storage)}, []int32{int32(r.cfg.Lanes)})
+	if err != nil {
 		return fmt.Errorf("record the storage of queue %s: %w", r.cfg.Queue, err)
 	}
 	return nil

@@ -160,20 +160,23 @@ const streamToDeliverIDs = `SELECT s.id FROM pgoutbox.stream s
     ORDER BY s.id DESC LIMIT $7`
 
 // streamSettledIDs, for completed: the walk of streamAnyIDs, keeping the
-// effects settled: committed in the snapshot of their queue's newest
-// settled batch (batches settle oldest first, so every batch that holds
-// them is settled), or passed by the settled position of an open batch
-// that holds them (pgoutbox.effect_states' rule, for the queue's few open
-// batches: stream_batches_open_idx). Per row two index probes, no read of
+// effects settled: committed in the snapshot of the newest settled batch
+// of their queue that holds their slot (a batch is leased only once every
+// older one its slots overlap settled, so every batch that holds them is
+// settled), or passed by the settled position of an open batch that holds
+// them (pgoutbox.effect_states' rule, for the queue's few open batches:
+// stream_batches_open_idx). Per row two index probes, no read of
 // the batch's other effects. Like the rows' walk of the primary key, it
 // passes over the effects still to deliver, the newest, before it finds
 // completed ones.
 const streamSettledIDs = `SELECT s.id FROM pgoutbox.stream s
     WHERE ` + streamIDsFilter + `
       AND (coalesce(pg_visible_in_snapshot(s.xid, (SELECT d.snap FROM pgoutbox.stream_batches d
-               WHERE d.queue = s.queue AND d.done_at IS NOT NULL ORDER BY d.id DESC LIMIT 1)), false)
+               WHERE d.queue = s.queue AND d.done_at IS NOT NULL AND s.slot BETWEEN d.slot_lo AND d.slot_hi
+               ORDER BY d.id DESC LIMIT 1)), false)
            OR EXISTS (SELECT 1 FROM pgoutbox.stream_batches o
                WHERE o.queue = s.queue AND o.done_at IS NULL AND o.done_through >= s.id AND o.min_id <= s.id
+                 AND s.slot BETWEEN o.slot_lo AND o.slot_hi
                  AND pg_visible_in_snapshot(s.xid, o.snap)
                  AND (o.prev_snap IS NULL OR NOT pg_visible_in_snapshot(s.xid, o.prev_snap))))
     ORDER BY s.id DESC LIMIT $7`

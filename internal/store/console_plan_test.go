@@ -82,7 +82,7 @@ func fillStream(ctx context.Context, tb testing.TB, db DBTX, n, chunks, queues i
 	for q := range queues {
 		names, storages = append(names, fmt.Sprintf("q%d", q)), append(storages, StorageBatch)
 	}
-	if err := SetStorage(ctx, db, names, storages); err != nil {
+	if err := SetStorage(ctx, db, names, storages, nil); err != nil {
 		tb.Fatal(err)
 	}
 	size := n / chunks

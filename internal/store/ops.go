@@ -104,7 +104,8 @@ FROM (
         0, NULL::timestamptz, s.available_at, NULL::timestamptz, 1, NULL, NULL
     FROM pgoutbox.stream_batches b
     CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
-    CROSS JOIN LATERAL pgoutbox.stream_page(b.queue, b.done_through, b.max_id, b.snap, b.prev_snap, NULL) s
+    CROSS JOIN LATERAL pgoutbox.stream_page(b.queue, b.done_through, b.max_id, b.snap, b.prev_snap, NULL, b.slot_lo,
+        b.slot_hi) s
     WHERE b.done_at IS NULL AND (b.type_names IS NULL OR (NOT l.leased AND b.done_through >= b.min_id))
       AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR s.effect_type = $2)
     UNION ALL

@@ -22,16 +22,26 @@ const (
 	StorageBatch = "batch"
 )
 
+// setStorageSQL records each queue's storage and, where $3's is above 0,
+// its lanes (0: the recorded count, 1 for a new queue).
 const setStorageSQL = `
-INSERT INTO pgoutbox.queue_storage AS s (queue, storage)
-SELECT * FROM unnest($1::text[], $2::text[])
-ON CONFLICT (queue) DO UPDATE SET storage = excluded.storage, chosen_at = now()
-WHERE s.storage IS DISTINCT FROM excluded.storage`
+WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) AS t(queue, storage, lanes))
+INSERT INTO pgoutbox.queue_storage AS s (queue, storage, lanes)
+SELECT i.queue, i.storage, greatest(i.lanes, 1) FROM input i
+ON CONFLICT (queue) DO UPDATE
+SET storage = excluded.storage, chosen_at = now(),
+    lanes = coalesce((SELECT i.lanes FROM input i WHERE i.queue = excluded.queue AND i.lanes > 0), s.lanes)
+WHERE s.storage IS DISTINCT FROM excluded.storage
+   OR s.lanes <> coalesce((SELECT i.lanes FROM input i WHERE i.queue = excluded.queue AND i.lanes > 0), s.lanes)`
 
-// SetStorage records each queue's storage (StorageRows or StorageBatch);
-// rows already right are not written.
-func SetStorage(ctx context.Context, db DBTX, queues, storages []string) error {
-	_, err := db.Exec(ctx, setStorageSQL, queues, storages)
+// SetStorage records each queue's storage (StorageRows or StorageBatch)
+// and its lanes (lanes[i] 0, or lanes nil: the recorded count, 1 for a
+// queue not recorded yet); rows already right are not written.
+func SetStorage(ctx context.Context, db DBTX, queues, storages []string, lanes []int32) error {
+	if lanes == nil {
+		lanes = make([]int32, len(queues))
+	}
+	_, err := db.Exec(ctx, setStorageSQL, queues, storages, lanes)
 	return MapError(err)
 }
 
@@ -64,6 +74,9 @@ type Batch struct {
 	Effects     int64
 	DoneThrough int64
 	Token       uuid.UUID
+	// SlotLo and SlotHi are the batch's lane: the stream rows whose slot
+	// is between them (migration 00031).
+	SlotLo, SlotHi int16
 	// Relet is set when the batch was leased before and its lease expired
 	// unsettled: its holder may have died delivering it, so its effects
 	// may have been delivered, and one of them may kill its consumer.
@@ -82,17 +95,17 @@ func Tick(ctx context.Context, db DBTX, queue string) (bool, error) {
 	return id != nil, nil
 }
 
-// claimBatchSQL leases the queue's oldest open batch, unless another
-// consumer holds it under a lease that has not expired, or the queue is
-// paused: batches are delivered one at a time, in tick order, so the
-// effects of one ordering key are delivered in commit order. A re-lease
-// draws a new token, which fences the former holder out. $1 queue, $2
-// owner, $3 lease seconds.
+// claimBatchSQL leases the queue's oldest open batch that no other
+// consumer holds under a lease that has not expired and that no older open
+// batch overlaps in slots (pgoutbox.stream_next_batch, migration 00031),
+// unless the queue is paused: a lane's batches are delivered one at a
+// time, in tick order, so the effects of one ordering key are delivered in
+// commit order. A re-lease draws a new token, which fences the former
+// holder out. $1 queue, $2 owner, $3 lease seconds.
 const claimBatchSQL = `
 WITH head AS (
-    SELECT b.id, b.lease_token IS NOT NULL AS relet FROM pgoutbox.stream_batches b
-    WHERE b.queue = $1 AND b.done_at IS NULL AND ` + notPausedSQL + `
-    ORDER BY b.id LIMIT 1
+    SELECT b.id, b.lease_token IS NOT NULL AS relet FROM pgoutbox.stream_next_batch($1) b
+    WHERE ` + notPausedSQL + `
 )
 UPDATE pgoutbox.stream_batches b
 SET lease_token = gen_random_uuid(), lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3)
@@ -100,14 +113,14 @@ FROM head
 WHERE b.queue = $1 AND b.id = head.id AND b.done_at IS NULL
   AND (b.lease_token IS NULL OR b.lease_expires_at < now())
 RETURNING b.id, b.snap::text, b.prev_snap::text, b.min_id, b.max_id, b.effects, b.done_through, b.lease_token,
-    head.relet`
+    head.relet, b.slot_lo, b.slot_hi`
 
 // ClaimBatch leases the queue's oldest open batch; ok is false when there
 // is none to take.
 func ClaimBatch(ctx context.Context, db DBTX, queue, owner string, lease time.Duration) (b Batch, ok bool, err error) {
 	b.Queue = queue
 	err = db.QueryRow(ctx, claimBatchSQL, queue, owner, lease.Seconds()).Scan(&b.ID, &b.Snap, &b.PrevSnap, &b.MinID,
-		&b.MaxID, &b.Effects, &b.DoneThrough, &b.Token, &b.Relet)
+		&b.MaxID, &b.Effects, &b.DoneThrough, &b.Token, &b.Relet, &b.SlotLo, &b.SlotHi)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Batch{}, false, nil
 	}
@@ -141,21 +154,22 @@ func ReleaseBatch(ctx context.Context, db DBTX, b Batch) error {
 	return MapError(err)
 }
 
-// pageSQL reads the next page of a batch (pgoutbox.stream_page, migration
-// 00028): its rows after the settled position, in id order, through the
-// id index between the batch's first and last ids, keeping those
-// committed in its snapshot and not in the previous one. $1 queue, $2
-// after, $3 max id, $4 snap, $5 previous snap, $6 limit.
+// pageSQL reads the next page of a batch (pgoutbox.stream_page, migrations
+// 00028, 00031): its lane's rows after the settled position, in id order,
+// through the id index between the batch's first and last ids, keeping
+// those committed in its snapshot and not in the previous one. $1 queue,
+// $2 after, $3 max id, $4 snap, $5 previous snap, $6 limit, $7 and $8 the
+// lane's slots.
 const pageSQL = `
 SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, s.max_attempts, s.created_at,
     extract(epoch FROM now() - s.available_at)::float8, coalesce(s.ordering_key, ''), coalesce(s.traceparent, '')
-FROM pgoutbox.stream_page($1, $2, $3, $4::pg_snapshot, $5::pg_snapshot, $6) s`
+FROM pgoutbox.stream_page($1, $2, $3, $4::pg_snapshot, $5::pg_snapshot, $6, $7::smallint, $8::smallint) s`
 
 // Page reads up to limit effects of b after id after, in id order, as
 // first attempts (Claimed.Token is b's token; ClaimLatency is negative for
 // an effect not yet due).
 func Page(ctx context.Context, db DBTX, b Batch, after int64, limit int) ([]Claimed, error) {
-	rows, err := db.Query(ctx, pageSQL, b.Queue, after, b.MaxID, b.Snap, b.PrevSnap, limit)
+	rows, err := db.Query(ctx, pageSQL, b.Queue, after, b.MaxID, b.Snap, b.PrevSnap, limit, b.SlotLo, b.SlotHi)
 	if err != nil {
 		return nil, MapError(err)
 	}

@@ -90,7 +90,8 @@ func report(t *testing.T, scenario string, f figures) {
 func testStorage() pgoutbox.Storage { return pgoutbox.Storage(pgtest.Storage()) }
 
 // withTestStorage is queues with the test matrix's storage where none is
-// set.
+// set, and a batch queue with its lanes (pgtest.LanesEnv) where it sets
+// none.
 func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox.QueueConfig {
 	s := testStorage()
 	if s == "" {
@@ -100,6 +101,9 @@ func withTestStorage(queues map[string]pgoutbox.QueueConfig) map[string]pgoutbox
 	for name, q := range queues {
 		if q.Storage == "" {
 			q.Storage = s
+		}
+		if q.Storage == pgoutbox.StorageBatch && q.Lanes == 0 {
+			q.Lanes = pgtest.Lanes()
 		}
 		out[name] = q
 	}
