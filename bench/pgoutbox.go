@@ -40,6 +40,9 @@ type pgKnobs struct {
 	// lanes is QueueConfig.Lanes of a batch queue (knob lanes=N; 0: the
 	// engine default, one lane in the benchmark's fresh databases).
 	lanes int
+	// work is how long each handler waits, standing for a target's
+	// latency (knob work=D; 0: none).
+	work time.Duration
 	// notify00005 puts back migration 00005's NOTIFY limiter (an open
 	// transaction holding the queue's notifier lock silences the other
 	// producers) after the migrations: the before of migration 00011.
@@ -182,7 +185,7 @@ func (s *pgSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerCon
 		Queue: pgQueue, Type: pgType, Payload: newArgs(s.payloadBytes),
 		Concurrency: wc.workers, Clients: s.knobs.clients, ClaimBatch: s.knobs.claimBatch,
 		RowLockLease: s.knobs.rowLock, ClaimCooldown: s.knobs.claimCooldown,
-		Storage: s.knobs.storage, PageSize: s.knobs.pageSize, Lanes: s.knobs.lanes,
+		Storage: s.knobs.storage, PageSize: s.knobs.pageSize, Lanes: s.knobs.lanes, Work: s.knobs.work,
 		PollInterval: s.knobs.poll, CompletionBatch: s.knobs.completionBatch,
 		OnStart: wc.onWork, Logger: s.logger,
 	}

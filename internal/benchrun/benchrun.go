@@ -215,6 +215,9 @@ type PgoutboxConfig struct {
 	// OnStart, when set, is called at the start of every delivery with the
 	// effect's id.
 	OnStart func(id int64)
+	// Work is how long each delivery's handler waits before it succeeds,
+	// standing for the call to a target (0: it returns at once).
+	Work time.Duration
 	// Logger is the Clients' logger (nil: the library's default).
 	Logger *slog.Logger
 }
@@ -236,10 +239,19 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 		cfg.Key = func(seq int) string { return pgoutbox.Key(cfg.Queue, strconv.Itoa(seq)) }
 	}
 	r := &Pgoutbox{cfg: cfg}
-	onStart := cfg.OnStart
-	handler := func(_ context.Context, d *pgoutbox.Delivery) error {
+	onStart, work := cfg.OnStart, cfg.Work
+	handler := func(ctx context.Context, d *pgoutbox.Delivery) error {
 		if onStart != nil {
 			onStart(d.ID)
+		}
+		if work > 0 {
+			t := time.NewTimer(work)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return nil
 	}
