@@ -221,8 +221,10 @@ func TestBatchStorageLaneChangeWaitsForOverlap(t *testing.T) {
 	before := b.enqueue(t, pgoutbox.Effect{Queue: "lc", Type: "t", Key: "k1", OrderingKey: keys[0]})[0]
 	tick()
 	setLanes(4)
+	// Lane 3's effect between two of lane 0's: inside lane 0's batch's ids.
 	after := b.enqueue(t, pgoutbox.Effect{Queue: "lc", Type: "t", Key: "k2", OrderingKey: keys[0]},
-		pgoutbox.Effect{Queue: "lc", Type: "t", Key: "k3", OrderingKey: keys[3]})
+		pgoutbox.Effect{Queue: "lc", Type: "t", Key: "k3", OrderingKey: keys[3]},
+		pgoutbox.Effect{Queue: "lc", Type: "t", Key: "k4", OrderingKey: keys[0]})
 	tick()
 	old, ok := claim("a")
 	if !ok || old.SlotLo != 0 || old.SlotHi != 255 || old.MinID != before {
@@ -253,12 +255,20 @@ func TestBatchStorageLaneChangeWaitsForOverlap(t *testing.T) {
 	if err != nil || len(page) != 1 || page[0].ID != after[1] {
 		t.Fatalf("lane 3's page: %v, %v; want only effect %d", page, err, after[1])
 	}
+	page, err = store.Page(b.ctx, b.pool, lane0, lane0.DoneThrough, 10)
+	if err != nil || len(page) != 2 || page[0].ID != after[0] || page[1].ID != after[2] {
+		t.Fatalf("lane 0's page: %v, %v; want effects %d and %d, not lane 3's %d between them", page, err, after[0],
+			after[2], after[1])
+	}
 	settle(lane3)
 	if s := state(before); s != "completed" {
 		t.Errorf("effect %d of the settled one-lane batch is %s, want completed", before, s)
 	}
 	if s := state(after[0]); s != "leased" {
 		t.Errorf("effect %d of leased lane 0 is %s, want leased", after[0], s)
+	}
+	if s := state(after[2]); s != "leased" {
+		t.Errorf("effect %d of leased lane 0 is %s, want leased", after[2], s)
 	}
 	if s := state(after[1]); s != "completed" {
 		t.Errorf("effect %d of settled lane 3 is %s, want completed", after[1], s)
@@ -271,7 +281,69 @@ func TestBatchStorageLaneChangeWaitsForOverlap(t *testing.T) {
 	if pending, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(pending, []int64{after[0]}) {
-		t.Errorf("pending stream effects %v, want only %d, of the lane still open", pending, after[0])
+	if want := []int64{after[0], after[2]}; !slices.Equal(pending, want) {
+		t.Errorf("pending stream effects %v, want %v, of the lane still open", pending, want)
+	}
+}
+
+// TestBatchStorageLanesForgetSettledBatches: of the settled batches,
+// stream_maintain keeps the newest of each slot range, one lane count's
+// and the next's (the older lane-0 batch of four lanes is forgotten), so every effect still in the stream reads completed
+// (pgoutbox.effect_states): a settled batch that sees an effect tells it is
+// settled only when it holds the effect's slot.
+func TestBatchStorageLanesForgetSettledBatches(t *testing.T) {
+	b := setup(t)
+	keys := keysInLanes(t, b, 4)
+	round := 0
+	deliver := func(lanes int32, orderingKeys ...string) []int64 {
+		t.Helper()
+		round++
+		if err := store.SetStorage(b.ctx, b.pool, []string{"lf"}, []string{store.StorageBatch}, []int32{lanes}); err != nil {
+			t.Fatal(err)
+		}
+		var effects []pgoutbox.Effect
+		for _, k := range orderingKeys {
+			effects = append(effects, pgoutbox.Effect{Queue: "lf", Type: "t", Key: fmt.Sprintf("%s-%d", k, round),
+				OrderingKey: k})
+		}
+		ids := b.enqueue(t, effects...)
+		if ticked, err := store.Tick(b.ctx, b.pool, "lf"); err != nil || !ticked {
+			t.Fatalf("tick: %v, %v", ticked, err)
+		}
+		for {
+			bt, ok, err := store.ClaimBatch(b.ctx, b.pool, "lf", "t", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return ids
+			}
+			if found, err := store.Settle(b.ctx, b.pool, bt, "t", store.PageSettle{Through: bt.MaxID, Last: true}, nil); err != nil || !found {
+				t.Fatalf("settle batch %d: %v, %v", bt.ID, found, err)
+			}
+		}
+	}
+	ids := deliver(1, keys[0], keys[3])
+	ids = append(ids, deliver(4, keys[0], keys[3])...)
+	ids = append(ids, deliver(4, keys[0])...)
+	ids = append(ids, deliver(2, keys[0])...)
+	if _, err := store.StreamMaintain(b.ctx, b.pool, time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT slot_lo::text || '-' || slot_hi FROM pgoutbox.stream_batches
+        WHERE queue = 'lf' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"0-255", "192-255", "0-63", "0-127"}; !slices.Equal(kept, want) {
+		t.Errorf("settled batches kept by slot range %v, want %v: each range's newest", kept, want)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE id = ANY($1) AND state = 'completed'`,
+		ids); n != int64(len(ids)) {
+		t.Errorf("%d of the %d settled effects read completed", n, len(ids))
 	}
 }
