@@ -174,9 +174,9 @@ type QueueConfig struct {
 	// leases one batch at a time, so several Clients deliver different
 	// lanes while one key's effects stay in order in their lane. Recorded
 	// in the database when the Client starts, with Storage (which must be
-	// set); 1 to LanesMax. Default 0 (leave the recorded count as it is; a queue
-	// never recorded has 1 lane). Raise it only once every Client of the
-	// queue runs a version that knows lanes (migration 00031).
+	// set); 1 to LanesMax. Default 0 (leave the recorded count as it is;
+	// a queue never recorded has 1 lane). Raise it only once every Client
+	// of the queue runs a version that knows lanes (migration 00031).
 	Lanes int
 }
 

@@ -391,6 +391,10 @@ func TestConfigValidation(t *testing.T) {
 		"no handler":            {Types: []pgoutbox.EffectType{{Name: "a"}}},
 		"row lock over timeout": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Second, RowLockLease: time.Second}}},
 		"negative cooldown":     {Queues: map[string]pgoutbox.QueueConfig{"q": {ClaimCooldown: -time.Millisecond}}},
+		"negative lanes":        {Queues: map[string]pgoutbox.QueueConfig{"q": {Storage: pgoutbox.StorageBatch, Lanes: -1}}},
+		"too many lanes": {Queues: map[string]pgoutbox.QueueConfig{"q": {Storage: pgoutbox.StorageBatch,
+			Lanes: pgoutbox.LanesMax + 1}}},
+		"lanes without storage": {Queues: map[string]pgoutbox.QueueConfig{"q": {Lanes: 2}}},
 		"both handlers": {Types: []pgoutbox.EffectType{{Name: "a", Handler: h,
 			TxHandler: func(context.Context, pgx.Tx, *pgoutbox.Delivery) error { return nil }}}},
 	} {
