@@ -50,6 +50,11 @@ DROP INDEX pgoutbox.stream_id_idx;
 -- A batch's pages, in id order, its lane's slots tested in the index; and
 -- an effect by its id.
 CREATE INDEX stream_id_idx ON pgoutbox.stream (id, slot);
+-- The partitions' indexes keep their former names (the console's plans,
+-- operators' queries).
+ALTER INDEX pgoutbox.stream_0_id_slot_idx RENAME TO stream_0_id_idx;
+ALTER INDEX pgoutbox.stream_1_id_slot_idx RENAME TO stream_1_id_idx;
+ALTER INDEX pgoutbox.stream_2_id_slot_idx RENAME TO stream_2_id_idx;
 ALTER TABLE pgoutbox.stream_batches
     ADD COLUMN slot_lo smallint NOT NULL DEFAULT 0,
     ADD COLUMN slot_hi smallint NOT NULL DEFAULT 255,

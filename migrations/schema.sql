@@ -2324,17 +2324,17 @@ CREATE UNIQUE INDEX enqueue_grants_key ON pgoutbox.enqueue_grants USING btree (g
 
 CREATE INDEX stream_id_idx ON ONLY pgoutbox.stream USING btree (id, slot);
 
-CREATE INDEX stream_0_id_slot_idx ON pgoutbox.stream_0 USING btree (id, slot);
+CREATE INDEX stream_0_id_idx ON pgoutbox.stream_0 USING btree (id, slot);
 
 CREATE INDEX stream_xid_idx ON ONLY pgoutbox.stream USING btree (queue, xid);
 
 CREATE INDEX stream_0_queue_xid_idx ON pgoutbox.stream_0 USING btree (queue, xid);
 
-CREATE INDEX stream_1_id_slot_idx ON pgoutbox.stream_1 USING btree (id, slot);
+CREATE INDEX stream_1_id_idx ON pgoutbox.stream_1 USING btree (id, slot);
 
 CREATE INDEX stream_1_queue_xid_idx ON pgoutbox.stream_1 USING btree (queue, xid);
 
-CREATE INDEX stream_2_id_slot_idx ON pgoutbox.stream_2 USING btree (id, slot);
+CREATE INDEX stream_2_id_idx ON pgoutbox.stream_2 USING btree (id, slot);
 
 CREATE INDEX stream_2_queue_xid_idx ON pgoutbox.stream_2 USING btree (queue, xid);
 
@@ -2344,15 +2344,15 @@ CREATE UNIQUE INDEX stream_generations_one_current ON pgoutbox.stream_generation
 
 CREATE INDEX stream_settled_at_idx ON pgoutbox.stream_settled USING btree (settled_at);
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_id_slot_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_0_id_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_0_queue_xid_idx;
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_id_slot_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_1_id_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_1_queue_xid_idx;
 
-ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_id_slot_idx;
+ALTER INDEX pgoutbox.stream_id_idx ATTACH PARTITION pgoutbox.stream_2_id_idx;
 
 ALTER INDEX pgoutbox.stream_xid_idx ATTACH PARTITION pgoutbox.stream_2_queue_xid_idx;
 
