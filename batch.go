@@ -129,11 +129,14 @@ func (q *queueWorker) nextBatch(ctx context.Context) (int, error) {
 		// under the 15 s of a claim it timed out and started over, again and
 		// again. Stop still cancels it.
 		tctx, tcancel := context.WithTimeout(ctx, tickTimeout)
-		ticked, err := store.Tick(tctx, q.c.pool, q.name)
+		_, err := store.Tick(tctx, q.c.pool, q.name)
 		tcancel()
-		if err != nil || !ticked {
+		if err != nil {
 			return 0, err
 		}
+		// Claimed even when this tick closed nothing: another consumer's
+		// tick, which this one waited for, may have closed the rows into
+		// one batch per lane and taken only one of them.
 		if b, ok, err = claim(); err != nil || !ok {
 			return 0, err
 		}

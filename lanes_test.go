@@ -53,7 +53,8 @@ func waitCompleted(t *testing.T, b *bundle, ids []int64) {
 
 // TestBatchStorageLanesDeliverAtOnce: two Clients of a batch queue with
 // four lanes deliver two of its lanes at the same time, each from its own
-// batch; with one lane, the second Client waits for the first one's batch.
+// batch, woken by the enqueue's notification alone; with one lane, the
+// second Client waits for the first one's batch.
 func TestBatchStorageLanesDeliverAtOnce(t *testing.T) {
 	b := setup(t)
 	seen := newCounter()
@@ -72,8 +73,13 @@ func TestBatchStorageLanesDeliverAtOnce(t *testing.T) {
 				return nil
 			}}
 	}
-	b.startClient(t, lanesCfg("lq", 4, blocking("a")))
-	b.startClient(t, lanesCfg("lq", 4, blocking("b")))
+	// No poll: a Client whose tick found the rows closed by the other's
+	// claims the batch of another lane at once, or never.
+	for _, c := range []string{"a", "b"} {
+		cfg := lanesCfg("lq", 4, blocking(c))
+		cfg.PollInterval = time.Hour
+		b.startClient(t, cfg)
+	}
 	var effects []pgoutbox.Effect
 	for _, k := range keysInLanes(t, b, 4) {
 		effects = append(effects, pgoutbox.Effect{Queue: "lq", Type: "slow", Key: k, OrderingKey: k})
