@@ -28,6 +28,11 @@
 --
 -- Set Lanes above 1 only once every Client runs this version: an older
 -- Client's page reads every slot of a batch's id range.
+--
+-- Adding the stored column rewrites pgoutbox.stream, and the index is
+-- rebuilt, under the table's exclusive lock: enqueues to batch queues wait
+-- meanwhile. Migrate when the stream is small (drained, or after a
+-- rotation emptied the older generations).
 
 -- +goose StatementBegin
 -- stream_slot is a stream row's slot: of its ordering key, else of its id.
