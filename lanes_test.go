@@ -46,9 +46,15 @@ func keysInLanes(t *testing.T, b *bundle, lanes int) []string {
 func waitCompleted(t *testing.T, b *bundle, ids []int64) {
 	t.Helper()
 	b.waitFor(t, fmt.Sprintf("%d effects completed", len(ids)), func() bool {
-		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE id = ANY($1) AND state = 'completed'`,
-			ids) == int64(len(ids))
+		return completedCount(t, b, ids) == int64(len(ids))
 	})
+}
+
+// completedCount is how many effects of ids pgoutbox.effect_states reads
+// completed.
+func completedCount(t *testing.T, b *bundle, ids []int64) int64 {
+	t.Helper()
+	return b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE id = ANY($1) AND state = 'completed'`, ids)
 }
 
 // TestBatchStorageLanesDeliverAtOnce: two Clients of a batch queue with
@@ -294,9 +300,10 @@ func TestBatchStorageLaneChangeWaitsForOverlap(t *testing.T) {
 
 // TestBatchStorageLanesForgetSettledBatches: of the settled batches,
 // stream_maintain keeps the newest of each slot range, one lane count's
-// and the next's (the older lane-0 batch of four lanes is forgotten), so every effect still in the stream reads completed
-// (pgoutbox.effect_states): a settled batch that sees an effect tells it is
-// settled only when it holds the effect's slot.
+// and the next's (the older lane-0 batch of four lanes is forgotten), so
+// every effect still in the stream reads completed
+// (pgoutbox.effect_states): a settled batch that sees an effect tells it
+// is settled only when it holds the effect's slot.
 func TestBatchStorageLanesForgetSettledBatches(t *testing.T) {
 	b := setup(t)
 	keys := keysInLanes(t, b, 4)
@@ -348,8 +355,7 @@ func TestBatchStorageLanesForgetSettledBatches(t *testing.T) {
 	if want := []string{"0-255", "192-255", "0-63", "0-127"}; !slices.Equal(kept, want) {
 		t.Errorf("settled batches kept by slot range %v, want %v: each range's newest", kept, want)
 	}
-	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE id = ANY($1) AND state = 'completed'`,
-		ids); n != int64(len(ids)) {
+	if n := completedCount(t, b, ids); n != int64(len(ids)) {
 		t.Errorf("%d of the %d settled effects read completed", n, len(ids))
 	}
 }
