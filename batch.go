@@ -281,18 +281,22 @@ type runPool struct {
 // pageWork is a page's runs to start, in id order, as the pool's workers
 // take them.
 type pageWork struct {
-	p     *pageState
-	order []int        // the runs to start, in id order
-	next  atomic.Int64 // the index in order of the next run to take
-	left  sync.WaitGroup
+	p *pageState
+	// order is the runs to start, in id order: a run's index in p.runs, or
+	// -1-g for groups[g], the runs of a PageHandler's type, started
+	// together where the first of them is.
+	order  []int
+	groups [][]int
+	next   atomic.Int64 // the index in order of the next run to take
+	left   sync.WaitGroup
 	// taken is closed once every run was taken (or cut): offering the
 	// page to more workers is moot.
 	taken     chan struct{}
 	takenOnce sync.Once
 }
 
-func newPageWork(p *pageState, order []int) *pageWork {
-	w := &pageWork{p: p, order: order, taken: make(chan struct{})}
+func newPageWork(p *pageState, order []int, groups [][]int) *pageWork {
+	w := &pageWork{p: p, order: order, groups: groups, taken: make(chan struct{})}
 	w.left.Add(len(order))
 	return w
 }
@@ -327,7 +331,11 @@ func (c *runPool) runs(w *pageWork) {
 		if !ok {
 			return
 		}
-		c.q.runOne(w.p, i)
+		if i < 0 {
+			c.q.runGroup(w.p, w.groups[-1-i])
+		} else {
+			c.q.runOne(w.p, i)
+		}
 		w.left.Done()
 	}
 }
@@ -446,6 +454,10 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 	// ordering checker found it).
 	runs := p.runs
 	var order []int // the runs to start, in id order
+	// A PageHandler's type runs as one group: its place in order is its
+	// first run's.
+	var groups [][]int
+	group := map[string]int{}
 	first := firstOfKeys(page)
 	for i, cl := range page {
 		runs[i].cl = cl
@@ -453,9 +465,20 @@ func (q *queueWorker) deliverPage(ctx context.Context, pool *runPool, b store.Ba
 			runs[i].unrun()
 			continue
 		}
+		if t := q.c.types[cl.Type]; t.PageHandler != nil {
+			g, ok := group[cl.Type]
+			if !ok {
+				g = len(groups)
+				group[cl.Type] = g
+				groups = append(groups, nil)
+				order = append(order, -1-g)
+			}
+			groups[g] = append(groups[g], i)
+			continue
+		}
 		order = append(order, i)
 	}
-	w := newPageWork(p, order)
+	w := newPageWork(p, order, groups)
 	// A lost batch lease (deliverBatch's extender cancels ctx with
 	// ErrLeaseLost) cancels the runs still running from the batch, as a
 	// lost lease cancels a delivery in the row storage: another consumer
@@ -652,11 +675,103 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 	q.finishPromoted(r, herr, found)
 }
 
+// runGroup runs the effects of p's runs idx, a PageHandler's type's, in
+// one call, unless the page was cut: those that must not run from the
+// batch move unrun, as in runOne. The call holds one delivery slot and
+// runs under one context, which each run's cancel cancels: a lost batch
+// lease, or a lost durable lease of a promoted run, ends the call. Each
+// run then ends as runOne's would with its own error.
+func (q *queueWorker) runGroup(p *pageState, idx []int) {
+	p.mu.Lock()
+	if p.cut || p.lost {
+		p.mu.Unlock()
+		return
+	}
+	var live []int
+	for _, i := range idx {
+		if r := &p.runs[i]; p.held[r.cl.OrderingKey] || !q.runsFromBatch(r.cl) {
+			r.unrun()
+			continue
+		}
+		live = append(live, i)
+	}
+	p.mu.Unlock()
+	if len(live) == 0 || !q.waitSlot(p.cutDone) {
+		return
+	}
+	defer q.release(1)
+	p.mu.Lock()
+	if p.cut || p.lost {
+		p.mu.Unlock()
+		return
+	}
+	t := q.c.types[p.runs[live[0]].cl.Type]
+	ds := make([]*Delivery, len(live))
+	traceparents := make([]string, len(live))
+	// Each run's cancel is the call's (endRun, a lost lease).
+	first := &p.runs[live[0]]
+	var ctx context.Context
+	ctx, first.cancel = context.WithCancelCause(q.c.life.Work())
+	cancel := first.cancel
+	q.runContexts.Add(int64(len(live)))
+	start := time.Now()
+	for k, i := range live {
+		r := &p.runs[i]
+		q.claimed.Inc()
+		q.claimLatency.Observe(r.cl.ClaimLatency.Seconds())
+		r.d, r.ran, r.start = deliveryOf(r.cl, p.token), true, start
+		r.runCtx, r.cancel = ctx, cancel
+		ds[k], traceparents[k] = r.d, r.cl.Traceparent
+	}
+	p.mu.Unlock()
+	ctx, span := q.c.pageSpan(ctx, q.name, t.Name, ds, traceparents)
+	hctx, hcancel := context.WithTimeout(ctx, q.timeout(t))
+	var errs []error
+	called := engine.Call(hctx, func(ctx context.Context) error {
+		errs = t.PageHandler(ctx, ds)
+		return nil
+	})
+	hcancel()
+	errs = engine.PageErrors(errs, called, len(ds))
+	endPageSpan(span, errs)
+	var promoted []int
+	p.mu.Lock()
+	for k, i := range live {
+		r := &p.runs[i]
+		r.done, r.err = true, errs[k]
+		if r.promote != nil {
+			promoted = append(promoted, i)
+			continue
+		}
+		if r.err != nil {
+			m := q.failedMove(r.cl, r.err)
+			if errors.Is(context.Cause(ctx), errShutdown) && m.State == string(StateAvailable) {
+				m.Delay = 0 // interrupted by Stop: released at once
+			}
+			r.move = &m
+		}
+		q.endRun(r)
+	}
+	p.mu.Unlock()
+	if len(promoted) == 0 {
+		return
+	}
+	<-p.settled
+	p.mu.Lock()
+	found := p.found
+	p.mu.Unlock()
+	for _, i := range promoted {
+		r := &p.runs[i]
+		r.job = engine.JobOf(t, r.d, q.timeout(t))
+		q.finishPromoted(r, r.err, found)
+	}
+}
+
 // runsFromBatch reports whether cl may be delivered from its batch: a
-// registered, replay-safe type with a plain handler, due now.
+// registered, replay-safe type with a Handler or a PageHandler, due now.
 func (q *queueWorker) runsFromBatch(cl store.Claimed) bool {
 	t, ok := q.c.types[cl.Type]
-	return ok && t.ReplaySafe && t.Handler != nil && t.TxHandler == nil && cl.ClaimLatency >= 0
+	return ok && t.ReplaySafe && engine.External(t) && cl.ClaimLatency >= 0
 }
 
 // prepareRun readies r's delivery (its first attempt): its Delivery (with

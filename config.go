@@ -82,6 +82,23 @@ const (
 // func(ctx context.Context, d *Delivery) error.
 type Handler = engine.Handler
 
+// PageHandler delivers several effects of one replay-safe type in one call,
+// for targets that take them in bulk (an index's update request, a bulk
+// publish) and for throughput: a batch queue (QueueConfig.Storage) calls it
+// once per page with that page's effects of the type that may run from the
+// batch (an ordering key's first), and every other path (row storage,
+// retries, a promoted or replayed effect, (*Lease).Deliver) calls it with
+// one. It returns one error per delivery, in order, each classified like a
+// Handler's; nil for all succeeded. Any other number of errors, or a panic,
+// fails every delivery of the call. The call takes one of the queue's
+// Concurrency slots; its context ends at the type's timeout (the whole
+// call's), at a hard stop, or when the batch's lease is lost. A call still
+// running after PageHold has each of its effects promoted to a durable
+// lease, as a Handler's is, and a lost one of those leases cancels the
+// call. Its signature is
+// func(ctx context.Context, ds []*Delivery) []error.
+type PageHandler = engine.PageHandler
+
 // TxHandler runs an internal job inside the transaction that marks it
 // completed: its writes and the completion commit together, fenced by the
 // lease. An error rolls the transaction back and is classified like a
@@ -98,8 +115,10 @@ type TxHandler = engine.TxHandler
 //     replay-safe gets delivery_started_at committed before its handler
 //     runs, and an unknown outcome sends it to reconciliation_required,
 //     never back to available.
-//   - Handler Handler: delivers an external effect. Exactly one of Handler
-//     and TxHandler is set.
+//   - Handler Handler: delivers an external effect. Exactly one of
+//     Handler, PageHandler and TxHandler is set.
+//   - PageHandler PageHandler: delivers external effects several at a time
+//     (see PageHandler); the type must be ReplaySafe.
 //   - TxHandler TxHandler: runs an internal job inside its completion
 //     transaction.
 //   - Timeout time.Duration: bounds one delivery of this type, overriding
@@ -407,8 +426,8 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("pgoutbox: Config.Types[%d].Name is empty", i)
 		case seen[t.Name]:
 			return c, fmt.Errorf("pgoutbox: Config.Types: %q registered twice", t.Name)
-		case (t.Handler == nil) == (t.TxHandler == nil):
-			return c, fmt.Errorf("pgoutbox: Config.Types[%q]: set exactly one of Handler and TxHandler", t.Name)
+		case engine.CheckHandlers(t) != nil:
+			return c, fmt.Errorf("pgoutbox: Config.Types[%q]: %w", t.Name, engine.CheckHandlers(t))
 		case t.Timeout >= c.LeaseDuration:
 			return c, fmt.Errorf("pgoutbox: Config.Types[%q].Timeout (%s) must be below Config.LeaseDuration (%s)",
 				t.Name, t.Timeout, c.LeaseDuration)

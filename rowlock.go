@@ -92,10 +92,11 @@ type inTx struct {
 }
 
 // rowLockable reports whether an effect of type name may be delivered under
-// a row lock: a registered, replay-safe, external (non-Tx) handler.
+// a row lock: a registered, replay-safe, external (non-Tx) handler, or a
+// PageHandler (called with that one delivery).
 func (q *queueWorker) rowLockable(name string) (EffectType, bool) {
 	t, ok := q.c.types[name]
-	return t, ok && t.ReplaySafe && t.Handler != nil && t.TxHandler == nil
+	return t, ok && t.ReplaySafe && engine.External(t)
 }
 
 // maxOpenBatches bounds the claim transactions a queue keeps open, each

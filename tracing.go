@@ -158,3 +158,47 @@ func startDeliverySpan(ctx context.Context, tracer trace.Tracer, name string, d 
 	engine.SetSpan(d, span)
 	return ctx
 }
+
+// pageSpan starts the consumer span "process <queue>" of one PageHandler
+// call in ctx with the Client's tracer: a span of its own (the effects may
+// come from many traces), linked to each enqueue's span (the conventions'
+// batch receive), with the batch's message count.
+func (c *Client) pageSpan(ctx context.Context, queue, typ string, ds []*Delivery, traceparents []string) (context.Context, trace.Span) {
+	name := "process " + queue
+	if q := c.queues[queue]; q != nil {
+		name = q.spanName
+	}
+	opts := []trace.SpanStartOption{consumerSpan[0], trace.WithNewRoot()}
+	var links []trace.Link
+	for _, tp := range traceparents {
+		if sc := spanContextOf(tp); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	if len(links) > 0 {
+		opts = append(opts, trace.WithLinks(links...))
+	}
+	ctx, span := c.tracer.Start(ctx, name, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
+			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(queue), semconv.MessagingBatchMessageCount(len(ds)),
+			attrEffectType.String(typ))
+	}
+	return ctx, span
+}
+
+// endPageSpan ends a PageHandler call's span: an error status with how many
+// of its deliveries failed, when any did.
+func endPageSpan(span trace.Span, errs []error) {
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed > 0 && span.IsRecording() {
+		span.SetStatus(codes.Error, strconv.Itoa(failed)+" of "+strconv.Itoa(len(errs))+" deliveries failed")
+	}
+	span.End()
+}

@@ -385,6 +385,7 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	h := func(context.Context, *pgoutbox.Delivery) error { return nil }
+	ph := func(context.Context, []*pgoutbox.Delivery) []error { return nil }
 	for name, cfg := range map[string]pgoutbox.Config{
 		"timeout over lease":    {LeaseDuration: 5 * time.Second, Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: 5 * time.Second}}},
 		"duplicate type":        {Types: []pgoutbox.EffectType{{Name: "a", Handler: h}, {Name: "a", Handler: h}}},
@@ -397,6 +398,8 @@ func TestConfigValidation(t *testing.T) {
 		"lanes without storage": {Queues: map[string]pgoutbox.QueueConfig{"q": {Lanes: 2}}},
 		"both handlers": {Types: []pgoutbox.EffectType{{Name: "a", Handler: h,
 			TxHandler: func(context.Context, pgx.Tx, *pgoutbox.Delivery) error { return nil }}}},
+		"handler and page handler":     {Types: []pgoutbox.EffectType{{Name: "a", ReplaySafe: true, Handler: h, PageHandler: ph}}},
+		"page handler not replay-safe": {Types: []pgoutbox.EffectType{{Name: "a", PageHandler: ph}}},
 	} {
 		if _, err := pgoutbox.NewClient(b.pool, cfg); err == nil {
 			t.Errorf("%s: NewClient accepted an invalid config", name)

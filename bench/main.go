@@ -107,7 +107,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.dsn, "dsn", defaultDSN(), "admin DSN: may create and drop databases (env DATABASE_URL)")
 	fs.StringVar(&o.local, "local", "", "start (or reuse) a PostgreSQL with default settings in this directory and run there instead of -dsn (pgoutbox embedded's cluster, left running: stop it with pgoutbox --data-dir DIR embedded stop)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every scenario for River then pgoutbox")
-	fs.StringVar(&systems, "systems", defaultSystems, "systems to run, in order; ratios are to the first, and each pgoutbox's to PgQ, to the ceiling of its lease mode and to ceiling[delete] (pgoutbox alone is the engine's defaults: row-lock leases of 50 ms; row-lock=off: durable leases). pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D|off;cooldown=D;storage=rows|batch;page=N;lanes=N;work=D;keys=sequential;notify=00005] is a pgoutbox variant (storage=batch: batch storage, QueueConfig.Storage, whose pages hold page=N effects, default 1,000, in lanes=N lanes, default 1; work=D: each handler waits D, a target's latency; it has no lease-mode ceiling, only ceiling[delete]); ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N]), ceiling[delete] one DELETE … RETURNING per batch; pgq is PgQ's batch API, skipped with a note when the server lacks the extension")
+	fs.StringVar(&systems, "systems", defaultSystems, "systems to run, in order; ratios are to the first, and each pgoutbox's to PgQ, to the ceiling of its lease mode and to ceiling[delete] (pgoutbox alone is the engine's defaults: row-lock leases of 50 ms; row-lock=off: durable leases). pgoutbox[clients=2;claim-batch=500;completion-batch=N;poll=D;row-lock=D|off;cooldown=D;storage=rows|batch;page=N;lanes=N;work=D;handler=one|page;keys=sequential;notify=00005] is a pgoutbox variant (storage=batch: batch storage, QueueConfig.Storage, whose pages hold page=N effects, default 1,000, in lanes=N lanes, default 1; work=D: each handler waits D, a target's latency; handler=page: a PageHandler, called once per page of a batch queue, waiting D per call; it has no lease-mode ceiling, only ceiling[delete]); ceiling is the minimal SQL lifecycle on pgoutbox's table (ceiling[row-lock;loops=N;batch=N]), ceiling[delete] one DELETE … RETURNING per batch; pgq is PgQ's batch API, skipped with a note when the server lacks the extension")
 	fs.StringVar(&scens, "scenarios", "drain,sustained,latency,scale", "scenarios to run")
 	fs.IntVar(&o.n, "n", 100_000, "drain: effects pre-inserted")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5000, "effects per insert transaction for pre-inserted backlogs")
@@ -271,13 +271,18 @@ func (o *options) system(name string) (system, error) {
 					if err == nil && knobs.work < 0 {
 						err = fmt.Errorf("work=%s: not negative", v)
 					}
+				case "handler":
+					if v != "one" && v != "page" {
+						err = fmt.Errorf("handler=%q: one or page", v)
+					}
+					knobs.pageHandler = v == "page"
 				case "keys":
 					if v != "sequential" && v != "random" {
 						err = fmt.Errorf("keys=%q: sequential or random", v)
 					}
 					knobs.seqKeys = v == "sequential"
 				default:
-					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, cooldown, storage, page, lanes, work, keys, notify)", k)
+					err = fmt.Errorf("unknown knob %q (clients, claim-batch, completion-batch, poll, row-lock, cooldown, storage, page, lanes, work, handler, keys, notify)", k)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("system %s: %w", name, err)

@@ -43,6 +43,9 @@ type pgKnobs struct {
 	// work is how long each handler waits, standing for a target's
 	// latency (knob work=D; 0: none).
 	work time.Duration
+	// pageHandler registers a PageHandler instead of a Handler (knob
+	// handler=page; handler=one, the default: a Handler).
+	pageHandler bool
 	// notify00005 puts back migration 00005's NOTIFY limiter (an open
 	// transaction holding the queue's notifier lock silences the other
 	// producers) after the migrations: the before of migration 00011.
@@ -186,7 +189,7 @@ func (s *pgSystem) Prepare(ctx context.Context, pool *pgxpool.Pool, wc workerCon
 		Concurrency: wc.workers, Clients: s.knobs.clients, ClaimBatch: s.knobs.claimBatch,
 		RowLockLease: s.knobs.rowLock, ClaimCooldown: s.knobs.claimCooldown,
 		Storage: s.knobs.storage, PageSize: s.knobs.pageSize, Lanes: s.knobs.lanes, Work: s.knobs.work,
-		PollInterval: s.knobs.poll, CompletionBatch: s.knobs.completionBatch,
+		PageHandler: s.knobs.pageHandler, PollInterval: s.knobs.poll, CompletionBatch: s.knobs.completionBatch,
 		OnStart: wc.onWork, Logger: s.logger,
 	}
 	if s.knobs.seqKeys {

@@ -165,9 +165,15 @@ func NewConsumer(pool *pgxpool.Pool, js jetstream.JetStream, cfg ConsumerConfig)
 		life:   lifecycle.New("nats: consumer"),
 		keeper: pgoutbox.NewLeaseKeeper(pool, cfg.Retry.LeaseDuration, cfg.Logger),
 	}
-	for _, t := range cfg.Types {
-		if t.Name == "" || (t.Handler == nil) == (t.TxHandler == nil) {
-			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q]: set a name and exactly one of Handler and TxHandler", t.Name)
+	for i, t := range cfg.Types {
+		if t.Name == "" {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%d]: set a name", i)
+		}
+		if n := countSet(t.Handler != nil, t.PageHandler != nil, t.TxHandler != nil); n != 1 {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q]: set exactly one of Handler, PageHandler and TxHandler", t.Name)
+		}
+		if t.PageHandler != nil && !t.ReplaySafe {
+			return nil, fmt.Errorf("nats: ConsumerConfig.Types[%q]: a PageHandler's type must be ReplaySafe", t.Name)
 		}
 		if t.TxHandler != nil {
 			t.ReplaySafe = true
@@ -545,3 +551,14 @@ func (q *consumerQueue) unrecorded(m jetstream.Msg, replaySafe bool) {
 // in-progress ack for its message (the extender does this periodically); a
 // delivery whose lease was lost is cancelled with cause pgoutbox.ErrLeaseLost.
 func (c *Consumer) ExtendLeases(ctx context.Context) { c.keeper.ExtendNow(ctx) }
+
+// countSet is how many of set are true.
+func countSet(set ...bool) int {
+	n := 0
+	for _, b := range set {
+		if b {
+			n++
+		}
+	}
+	return n
+}

@@ -116,6 +116,7 @@ func TestConsumerConfigValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	noop := func(context.Context, *pgoutbox.Delivery) error { return nil }
+	pageNoop := func(context.Context, []*pgoutbox.Delivery) []error { return nil }
 	cases := map[string]pgnats.ConsumerConfig{
 		"ack wait not below lease": {Queues: map[string]pgoutbox.QueueConfig{"q": {}},
 			Retry: pgnats.RetryPolicy{LeaseDuration: time.Minute}, AckWait: time.Minute},
@@ -124,6 +125,10 @@ func TestConsumerConfigValidation(t *testing.T) {
 		"no queues":                      {},
 		"delivery timeout not below lease": {Queues: map[string]pgoutbox.QueueConfig{"q": {DeliveryTimeout: time.Minute}},
 			Types: []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop}}},
+		"handler and page handler": {Queues: map[string]pgoutbox.QueueConfig{"q": {}},
+			Types: []pgoutbox.EffectType{{Name: "t", ReplaySafe: true, Handler: noop, PageHandler: pageNoop}}},
+		"page handler not replay-safe": {Queues: map[string]pgoutbox.QueueConfig{"q": {}},
+			Types: []pgoutbox.EffectType{{Name: "t", PageHandler: pageNoop}}},
 	}
 	for name, cfg := range cases {
 		if _, err := pgnats.NewConsumer(b.pool, b.js, cfg); err == nil {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -216,8 +217,12 @@ type PgoutboxConfig struct {
 	// effect's id.
 	OnStart func(id int64)
 	// Work is how long each delivery's handler waits before it succeeds,
-	// standing for the call to a target (0: it returns at once).
+	// standing for the call to a target (0: it returns at once); with
+	// PageHandler, each call's.
 	Work time.Duration
+	// PageHandler registers the type's handler as a PageHandler (false: a
+	// Handler), which a batch queue calls once per page.
+	PageHandler bool
 	// Logger is the Clients' logger (nil: the library's default).
 	Logger *slog.Logger
 }
@@ -255,6 +260,27 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 		}
 		return nil
 	}
+	typ := pgoutbox.EffectType{Name: cfg.Type, ReplaySafe: true, Handler: handler}
+	if cfg.PageHandler {
+		typ.Handler = nil
+		typ.PageHandler = func(ctx context.Context, ds []*pgoutbox.Delivery) []error {
+			for _, d := range ds {
+				if onStart != nil {
+					onStart(d.ID)
+				}
+			}
+			if work > 0 {
+				t := time.NewTimer(work)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return slices.Repeat([]error{ctx.Err()}, len(ds))
+				}
+			}
+			return nil
+		}
+	}
 	clients := max(1, cfg.Clients)
 	for i := range clients {
 		conc := cfg.Concurrency / clients
@@ -271,7 +297,7 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 				cfg.Queue: {Concurrency: conc, ClaimBatch: batch, RowLockLease: cfg.RowLockLease, ClaimCooldown: cfg.ClaimCooldown,
 					Storage: cfg.Storage, PageSize: cfg.PageSize, Lanes: cfg.Lanes},
 			},
-			Types:           []pgoutbox.EffectType{{Name: cfg.Type, ReplaySafe: true, Handler: handler}},
+			Types:           []pgoutbox.EffectType{typ},
 			PollInterval:    cfg.PollInterval,
 			CompletionBatch: cfg.CompletionBatch,
 			PruneInterval:   -1,

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,6 +69,58 @@ type Handler func(ctx context.Context, d *Delivery) error
 // completed (the root package's TxHandler).
 type TxHandler func(ctx context.Context, tx pgx.Tx, d *Delivery) error
 
+// PageHandler delivers several effects of one type in one call (the root
+// package's PageHandler).
+type PageHandler func(ctx context.Context, ds []*Delivery) []error
+
+// PageErrors is each of n deliveries' error from a PageHandler call that
+// returned errs, or called (its panic, else nil): errs itself when it has
+// n errors, n nils when it is nil, and for any other length n errors
+// saying so (a handler that miscounts has delivered nothing known).
+func PageErrors(errs []error, called error, n int) []error {
+	out := make([]error, n)
+	var all error
+	switch {
+	case called != nil:
+		all = called
+	case errs == nil:
+	case len(errs) == n:
+		copy(out, errs)
+		return out
+	default:
+		all = fmt.Errorf("page handler returned %d errors for %d deliveries", len(errs), n)
+	}
+	for i := range out {
+		out[i] = all
+	}
+	return out
+}
+
+// CheckHandlers says what is wrong with t's handlers: exactly one of
+// Handler, PageHandler and TxHandler is set, and a PageHandler's type is
+// replay-safe; nil when nothing is.
+func CheckHandlers(t EffectType) error {
+	n := 0
+	for _, set := range []bool{t.Handler != nil, t.PageHandler != nil, t.TxHandler != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return errors.New("set exactly one of Handler, PageHandler and TxHandler")
+	case t.PageHandler != nil && !t.ReplaySafe:
+		return errors.New("a PageHandler's type must be ReplaySafe: a page is delivered at least once")
+	}
+	return nil
+}
+
+// External reports whether t delivers an external effect: a Handler or a
+// PageHandler, not a TxHandler.
+func External(t EffectType) bool {
+	return t.TxHandler == nil && (t.Handler != nil || t.PageHandler != nil)
+}
+
 // EffectType registers how an effect type is delivered (the root package's
 // EffectType, documented there). Replay safety is decided here, never by
 // the enqueuer.
@@ -79,9 +132,13 @@ type EffectType struct {
 	// delivery_started_at committed before its handler runs, and an unknown
 	// outcome sends it to reconciliation_required, never back to available.
 	ReplaySafe bool
-	// Handler delivers an external effect. Exactly one of Handler and
-	// TxHandler is set.
+	// Handler delivers an external effect. Exactly one of Handler,
+	// PageHandler and TxHandler is set.
 	Handler Handler
+	// PageHandler delivers external effects several at a time: a replay-safe
+	// type's effects of one page of a batch queue in one call, or one
+	// effect per call elsewhere.
+	PageHandler PageHandler
 	// TxHandler runs an internal job inside its completion transaction.
 	TxHandler TxHandler
 	// Timeout bounds one delivery of this type, overriding the queue's
@@ -115,6 +172,10 @@ func JobOf(t EffectType, d *Delivery, timeout time.Duration) *Job {
 		j.TxHandler = func(ctx context.Context, tx pgx.Tx) error { return t.TxHandler(ctx, tx, d) }
 	case t.Handler != nil:
 		j.Handler = func(ctx context.Context) error { return t.Handler(ctx, d) }
+	case t.PageHandler != nil:
+		j.Handler = func(ctx context.Context) error {
+			return PageErrors(t.PageHandler(ctx, []*Delivery{d}), nil, 1)[0]
+		}
 	default:
 		err := Retry(fmt.Errorf("no handler registered for effect type %q", d.Type))
 		j.ReplaySafe = true
