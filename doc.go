@@ -66,13 +66,14 @@
 // (docs/any-language.md).
 //
 // Delivering them: [Config] and [QueueConfig] (every default is a documented
-// XxxDefault constant), [EffectType] with its [Handler] or [TxHandler],
-// [Delivery] (what a handler sees, and [Delivery.OnComplete] for writes that
-// must commit with the completion), [NewClient], [Client.Start] and
-// [Client.Stop]. A started Client also recovers expired leases and deletes
-// old rows itself; [Client.Sweep] and [Client.Prune] do either once, on
-// demand. [Client.Subscribe] reports each delivery's recorded outcome as an
-// [Event]; metrics go to Config.Registerer, logs to Config.Logger.
+// XxxDefault constant), [EffectType] with its [Handler], [PageHandler] or
+// [TxHandler], [Delivery] (what a handler sees, and [Delivery.OnComplete]
+// for writes that must commit with the completion), [NewClient],
+// [Client.Start] and [Client.Stop]. A started Client also recovers expired
+// leases and deletes old rows itself; [Client.Sweep] and [Client.Prune] do
+// either once, on demand. [Client.Subscribe] reports each delivery's
+// recorded outcome as an [Event]; metrics go to Config.Registerer, logs to
+// Config.Logger.
 //
 // Outcomes: a handler returns nil, or an error built by [Retry],
 // [RetryAfter], [Permanent] or [Ambiguous] ([OutcomeError]); an unclassified
