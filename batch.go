@@ -715,9 +715,9 @@ func (q *queueWorker) runGroup(p *pageState, idx []int) {
 	cancel := first.cancel
 	q.runContexts.Add(int64(len(live)))
 	start := time.Now()
+	q.claimed.Add(float64(len(live)))
 	for k, i := range live {
 		r := &p.runs[i]
-		q.claimed.Inc()
 		q.claimLatency.Observe(r.cl.ClaimLatency.Seconds())
 		r.d, r.ran, r.start = deliveryOf(r.cl, p.token), true, start
 		r.runCtx, r.cancel = ctx, cancel

@@ -88,8 +88,8 @@ type Handler = engine.Handler
 // once per page with that page's effects of the type that may run from the
 // batch (an ordering key's first), and every other path (row storage,
 // retries, a promoted or replayed effect, (*Lease).Deliver) calls it with
-// one. It returns one error per delivery, in order, each classified like a
-// Handler's; nil for all succeeded. Any other number of errors, or a panic,
+// one. It returns one error per delivery, in the order of ds as called,
+// each classified like a Handler's; nil for all succeeded. Any other number of errors, or a panic,
 // fails every delivery of the call. The call takes one of the queue's
 // Concurrency slots; its context ends at the type's timeout (the whole
 // call's), at a hard stop, or when the batch's lease is lost. A call still
