@@ -635,18 +635,10 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 		return
 	}
 	p.mu.Unlock()
-	// One of the queue's Concurrency slots, which the row claim loop's
-	// deliveries (the exceptions) take too: it waits for one at most until
-	// the page is cut, which moves the effect unrun.
-	if !q.waitSlot(p.cutDone) {
+	if !q.runSlot(p) {
 		return
 	}
 	defer q.release(1)
-	p.mu.Lock()
-	if p.cut || p.lost {
-		p.mu.Unlock()
-		return
-	}
 	q.prepareRun(r, p.token)
 	p.mu.Unlock()
 	herr := q.deliverer.Handle(r.runCtx, r.job)
@@ -675,6 +667,24 @@ func (q *queueWorker) runOne(p *pageState, i int) {
 	q.finishPromoted(r, herr, found)
 }
 
+// runSlot takes one of the queue's Concurrency slots for a run of p, which
+// the row claim loop's deliveries (the exceptions) take too, and returns
+// with p locked. It waits for a slot at most until the page is cut (its
+// runs not started then move unrun), and reports false, with no slot
+// taken and p unlocked, when the page was cut or its lease lost first.
+func (q *queueWorker) runSlot(p *pageState) bool {
+	if !q.waitSlot(p.cutDone) {
+		return false
+	}
+	p.mu.Lock()
+	if p.cut || p.lost {
+		p.mu.Unlock()
+		q.release(1)
+		return false
+	}
+	return true
+}
+
 // runGroup runs the effects of p's runs idx, a PageHandler's type's, in
 // one call, unless the page was cut: those that must not run from the
 // batch move unrun, as in runOne. The call holds one delivery slot and
@@ -696,15 +706,10 @@ func (q *queueWorker) runGroup(p *pageState, idx []int) {
 		live = append(live, i)
 	}
 	p.mu.Unlock()
-	if len(live) == 0 || !q.waitSlot(p.cutDone) {
+	if len(live) == 0 || !q.runSlot(p) {
 		return
 	}
 	defer q.release(1)
-	p.mu.Lock()
-	if p.cut || p.lost {
-		p.mu.Unlock()
-		return
-	}
 	t := q.c.types[p.runs[live[0]].cl.Type]
 	ds := make([]*Delivery, len(live))
 	traceparents := make([]string, len(live))

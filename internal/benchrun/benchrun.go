@@ -244,23 +244,27 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 		cfg.Key = func(seq int) string { return pgoutbox.Key(cfg.Queue, strconv.Itoa(seq)) }
 	}
 	r := &Pgoutbox{cfg: cfg}
-	onStart, work := cfg.OnStart, cfg.Work
-	handler := func(ctx context.Context, d *pgoutbox.Delivery) error {
+	onStart := cfg.OnStart
+	// wait stands for the target's call: Work, unless ctx ends first.
+	wait := func(ctx context.Context) error {
+		if cfg.Work <= 0 {
+			return nil
+		}
+		t := time.NewTimer(cfg.Work)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	typ := pgoutbox.EffectType{Name: cfg.Type, ReplaySafe: true, Handler: func(ctx context.Context, d *pgoutbox.Delivery) error {
 		if onStart != nil {
 			onStart(d.ID)
 		}
-		if work > 0 {
-			t := time.NewTimer(work)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}
-	typ := pgoutbox.EffectType{Name: cfg.Type, ReplaySafe: true, Handler: handler}
+		return wait(ctx)
+	}}
 	if cfg.PageHandler {
 		typ.Handler = nil
 		typ.PageHandler = func(ctx context.Context, ds []*pgoutbox.Delivery) []error {
@@ -269,14 +273,8 @@ func NewPgoutbox(pool *pgxpool.Pool, cfg PgoutboxConfig) (*Pgoutbox, error) {
 					onStart(d.ID)
 				}
 			}
-			if work > 0 {
-				t := time.NewTimer(work)
-				defer t.Stop()
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					return slices.Repeat([]error{ctx.Err()}, len(ds))
-				}
+			if err := wait(ctx); err != nil {
+				return slices.Repeat([]error{err}, len(ds))
 			}
 			return nil
 		}
