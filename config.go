@@ -89,13 +89,15 @@ type Handler = engine.Handler
 // batch (an ordering key's first), and every other path (row storage,
 // retries, a promoted or replayed effect, (*Lease).Deliver) calls it with
 // one. It returns one error per delivery, in the order of ds as called,
-// each classified like a Handler's; nil for all succeeded. Any other number of errors, or a panic,
-// fails every delivery of the call. The call takes one of the queue's
-// Concurrency slots; its context ends at the type's timeout (the whole
-// call's), at a hard stop, or when the batch's lease is lost. A call still
-// running after PageHold has each of its effects promoted to a durable
-// lease, as a Handler's is, and a lost one of those leases cancels the
-// call. Its signature is
+// each classified like a Handler's; nil for all succeeded. Any other
+// number of errors, or a panic, fails every delivery of the call. The call
+// takes one of the queue's Concurrency slots; its context ends at the
+// type's timeout (the whole call's), at a hard stop, or when the batch's
+// lease is lost. A call still running after PageHold has each of its
+// effects promoted to a durable lease, as a Handler's is, and a lost one of
+// those leases cancels the call. Its one span, "process <queue>", is linked
+// to each enqueue's span and carries messaging.batch.message_count. Its
+// signature is
 // func(ctx context.Context, ds []*Delivery) []error.
 type PageHandler = engine.PageHandler
 

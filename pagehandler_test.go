@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pgoutbox/pgoutbox"
 )
 
@@ -279,5 +283,53 @@ func TestPageHandlerRowStorage(t *testing.T) {
 		if n := calls.seen.count(id); n != 1 {
 			t.Errorf("effect %d delivered %d times, want once", id, n)
 		}
+	}
+}
+
+// TestPageHandlerSpan: a PageHandler call has one consumer span, a root of
+// its own, linked to each effect's enqueue span, with the OpenTelemetry
+// messaging conventions' batch message count.
+func TestPageHandlerSpan(t *testing.T) {
+	b := setup(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	recordBatch(t, b)
+	var ids []int64
+	for i, traceID := range []trace.TraceID{{1}, {3}} {
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: trace.SpanID{2},
+			TraceFlags: trace.FlagsSampled, Remote: true})
+		ids = append(ids, b.enqueueCtx(t, trace.ContextWithRemoteSpanContext(b.ctx, sc),
+			pgoutbox.Effect{Queue: "bq", Type: "bulk", Key: fmt.Sprintf("traced-%d", i)}))
+	}
+	cfg := oneLane(pgoutbox.EffectType{Name: "bulk", ReplaySafe: true,
+		PageHandler: func(context.Context, []*pgoutbox.Delivery) []error { return nil }})
+	cfg.TracerProvider = tp
+	b.startClient(t, cfg)
+	waitCompleted(t, b, ids)
+	var process []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "process bq" {
+			process = append(process, s)
+		}
+	}
+	if len(process) != 1 {
+		t.Fatalf("%d process spans, want one for the call", len(process))
+	}
+	s := process[0]
+	var linked []trace.TraceID
+	for _, l := range s.Links {
+		linked = append(linked, l.SpanContext.TraceID())
+	}
+	if !slices.Equal(linked, []trace.TraceID{{1}, {3}}) || s.Parent.IsValid() || s.SpanKind != trace.SpanKindConsumer {
+		t.Errorf("process span: links to traces %v, parent %v, kind %v; want links to both enqueues, a root, consumer",
+			linked, s.Parent, s.SpanKind)
+	}
+	count := false
+	for _, a := range s.Attributes {
+		count = count || (a.Key == "messaging.batch.message_count" && a.Value.AsInt64() == 2)
+	}
+	if !count {
+		t.Errorf("process span attributes %v, want messaging.batch.message_count 2", s.Attributes)
 	}
 }
