@@ -32,6 +32,98 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer DEFAULT 100, lease interval DEFAULT '00:00:30'::interval) RETURNS TABLE(batch_id bigint, batch_token uuid, through bigint, id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer, max_attempts integer, created_at timestamp with time zone, ordering_key text, traceparent text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    b         pgoutbox.stream_batches;
+    c         record;
+    v_page    pgoutbox.stream[];
+    v_through bigint;
+    v_held    text[];
+    v_run     bigint[];
+    v_tried   bigint[];
+    v_ticked  boolean := false;
+    v_pages   integer := 0;
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), claim_batch.queue);
+    PERFORM pgoutbox.work_refuse_bound(octet_length(claim_batch.worker) NOT BETWEEN 1 AND 128, 'worker',
+        'must be 1-128 bytes');
+    PERFORM pgoutbox.work_refuse_bound(claim_batch.max_effects NOT BETWEEN 1 AND 1000, 'max_effects',
+        'must be between 1 and 1000');
+    PERFORM pgoutbox.work_refuse_bound(claim_batch.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    PERFORM pgoutbox.work_refuse_bound(coalesce(cardinality(claim_batch.effect_types), 0) NOT BETWEEN 1 AND 100
+        OR EXISTS (SELECT FROM unnest(claim_batch.effect_types) t WHERE t IS NULL OR octet_length(t) NOT BETWEEN 1 AND 128),
+        'effect_types', 'must be 1 to 100 type names of 1-128 bytes');
+    IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = claim_batch.queue AND s.storage = 'batch')
+       AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.done_at IS NULL) THEN
+        RETURN;
+    END IF;
+    WHILE v_pages < 4 LOOP
+        SELECT c0.r_id, c0.r_snap, c0.r_prev_snap, c0.r_min_id, c0.r_max_id, c0.r_effects, c0.r_done_through,
+            c0.r_token, c0.r_relet, c0.r_slot_lo, c0.r_slot_hi INTO c
+        FROM pgoutbox.work_claim_batch(claim_batch.queue, claim_batch.worker,
+            extract(epoch FROM claim_batch.lease)::float8) c0;
+        IF NOT FOUND THEN
+            -- None to lease: tick once (a closed batch per lane), as the
+            -- Go Client does, and try again.
+            IF v_ticked OR current_setting('transaction_isolation') <> 'read committed' THEN
+                RETURN;
+            END IF;
+            PERFORM pgoutbox.stream_tick(claim_batch.queue);
+            v_ticked := true;
+            CONTINUE;
+        END IF;
+        v_pages := v_pages + 1;
+        SELECT x.* INTO b FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.id = c.r_id;
+        v_page := pgoutbox.stream_page_of(b, b.max_id, claim_batch.max_effects);
+        v_through := CASE WHEN cardinality(v_page) < claim_batch.max_effects THEN b.max_id
+            ELSE v_page[cardinality(v_page)].id END;
+        SELECT array_agg(DISTINCT k) INTO v_held
+        FROM pgoutbox.work_held_keys(claim_batch.queue,
+            ARRAY(SELECT DISTINCT p.ordering_key FROM unnest(v_page) p WHERE p.ordering_key IS NOT NULL)) k;
+        -- The first of each ordering key in the page, of the caller's
+        -- types, due.
+        SELECT array_agg(f.id) FILTER (WHERE f.ordering_key IS NULL OR f.ordering_key <> ALL(coalesce(v_held, '{}'))),
+            array_agg(f.id)
+        INTO v_run, v_tried
+        FROM (
+            SELECT p.id, p.ordering_key, p.effect_type, p.available_at,
+                row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
+            FROM unnest(v_page) p) f
+        WHERE (f.ordering_key IS NULL OR f.rn = 1) AND f.effect_type = ANY(claim_batch.effect_types)
+          AND f.available_at <= now();
+        IF c.r_relet THEN
+            -- The former holder let the lease expire: it may have died
+            -- delivering one of these. Each moves to the row storage,
+            -- where a durable lease counts every attempt; the ones that
+            -- may have run have that attempt recorded (Go's deliverPage).
+            PERFORM pgoutbox.stream_settle_page(claim_batch.queue, b.id, b.lease_token, v_through, v_through = b.max_id,
+                claim_batch.worker, v_page, '{}', coalesce(v_tried, '{}'),
+                array_fill('available'::text, ARRAY[coalesce(cardinality(v_tried), 0)]),
+                array_fill(1, ARRAY[coalesce(cardinality(v_tried), 0)]),
+                array_fill(0::float8, ARRAY[coalesce(cardinality(v_tried), 0)]),
+                array_fill('the batch lease expired before this page was settled; delivered again under a durable lease'::text,
+                    ARRAY[coalesce(cardinality(v_tried), 0)]));
+            CONTINUE;
+        END IF;
+        IF v_run IS NULL THEN
+            PERFORM pgoutbox.stream_settle_page(claim_batch.queue, b.id, b.lease_token, v_through, v_through = b.max_id,
+                claim_batch.worker, v_page, '{}', '{}', '{}', '{}', '{}', '{}');
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+        SELECT b.id, b.lease_token, v_through, p.id, p.effect_type, p.idempotency_key, p.payload, 1, p.max_attempts,
+            p.created_at, p.ordering_key, p.traceparent
+        FROM unnest(v_page) p WHERE p.id = ANY(v_run) ORDER BY p.id;
+        RETURN;
+    END LOOP;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -589,6 +681,19 @@ BEGIN
     SELECT x.r_id, x.r_token
     FROM pgoutbox.work_extend_rows(extend.ids, extend.lease_tokens, extend.effect_types,
         extract(epoch FROM extend.lease)::float8) x;
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.extend_batch(queue text, batch_id bigint, batch_token uuid, lease interval DEFAULT '00:00:30'::interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), extend_batch.queue);
+    PERFORM pgoutbox.work_refuse_bound(extend_batch.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    RETURN EXISTS (SELECT FROM pgoutbox.work_extend_batch(extend_batch.queue, extend_batch.batch_id,
+        extend_batch.batch_token, extract(epoch FROM extend_batch.lease)::float8));
 END;
 $$;
 
@@ -1198,6 +1303,91 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.settle_batch(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[] DEFAULT '{}'::bigint[], outcomes text[] DEFAULT '{}'::text[], errors text[] DEFAULT '{}'::text[], retry_after interval[] DEFAULT '{}'::interval[], backoff_cap interval DEFAULT '00:05:00'::interval) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    b        pgoutbox.stream_batches;
+    v_n      integer := coalesce(cardinality(settle_batch.failed), 0);
+    v_page   pgoutbox.stream[];
+    v_cap    float8;
+    v_states text[];
+    v_tries  integer[];
+    v_delays float8[];
+    v_bad    bigint;
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), settle_batch.queue);
+    PERFORM pgoutbox.work_refuse_bound(octet_length(settle_batch.worker) NOT BETWEEN 1 AND 128, 'worker',
+        'must be 1-128 bytes');
+    PERFORM pgoutbox.work_refuse_bound(settle_batch.delivered IS NULL OR cardinality(settle_batch.delivered) > 1000
+        OR array_position(settle_batch.delivered, NULL) IS NOT NULL, 'delivered',
+        'must be an array of at most 1000 ids without NULL');
+    PERFORM pgoutbox.work_refuse_bound(v_n > 1000 OR array_position(settle_batch.failed, NULL) IS NOT NULL
+        OR coalesce(cardinality(settle_batch.outcomes), 0) <> v_n OR coalesce(cardinality(settle_batch.errors), 0) <> v_n
+        OR coalesce(cardinality(settle_batch.retry_after), 0) NOT IN (0, v_n), 'failed',
+        'outcomes, errors (and retry_after, unless empty) must be arrays of one length, at most 1000, ids without NULL');
+    PERFORM pgoutbox.work_refuse_bound(EXISTS (SELECT FROM unnest(settle_batch.outcomes) o
+        WHERE o IS NULL OR o NOT IN ('retry', 'retry_after', 'permanent', 'ambiguous', 'release')),
+        'outcomes', 'must each be retry, retry_after, permanent, ambiguous or release');
+    PERFORM pgoutbox.work_refuse_bound(EXISTS (SELECT FROM unnest(settle_batch.errors) e
+        WHERE e IS NULL OR octet_length(e) > 65536), 'errors', 'must each be text of at most 65536 bytes');
+    PERFORM pgoutbox.work_refuse_bound(EXISTS (
+        SELECT FROM unnest(settle_batch.outcomes, CASE WHEN cardinality(settle_batch.retry_after) = 0
+            THEN array_fill(NULL::interval, ARRAY[v_n]) ELSE settle_batch.retry_after END) AS f(o, ra)
+        WHERE (f.o = 'retry_after') <> (f.ra IS NOT NULL) OR f.ra NOT BETWEEN interval '0' AND interval '1 day'),
+        'retry_after', 'is required with outcome retry_after only, between 0 and 1 day');
+    PERFORM pgoutbox.work_refuse_bound(settle_batch.backoff_cap NOT BETWEEN interval '1 second' AND interval '1 day',
+        'backoff_cap', 'must be between 1 second and 1 day');
+    PERFORM pgoutbox.work_refuse_bound(EXISTS (
+        SELECT x FROM unnest(settle_batch.delivered || settle_batch.failed) x GROUP BY x HAVING count(*) > 1),
+        'failed', 'must not repeat an id, nor name one that delivered names');
+    SELECT x.* INTO b FROM pgoutbox.stream_batches x
+    WHERE x.queue = settle_batch.queue AND x.id = settle_batch.batch_id AND x.lease_token = settle_batch.batch_token
+      AND x.done_at IS NULL
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pgoutbox.work_refuse_bound(settle_batch.through NOT BETWEEN b.done_through + 1 AND b.max_id, 'through',
+        'must be the end of the page claim_batch returned');
+    v_page := pgoutbox.stream_page_of(b, settle_batch.through, 1001);
+    PERFORM pgoutbox.work_refuse_bound(cardinality(v_page) > 1000, 'through',
+        'spans more than 1000 effects: settle the page claim_batch returned');
+    SELECT x INTO v_bad FROM unnest(settle_batch.delivered || settle_batch.failed) x
+    WHERE NOT EXISTS (
+        SELECT FROM (SELECT p.id, p.ordering_key, row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
+                     FROM unnest(v_page) p) f
+        WHERE f.id = x AND (f.ordering_key IS NULL OR f.rn = 1))
+    LIMIT 1;
+    PERFORM pgoutbox.work_refuse_bound(v_bad IS NOT NULL, 'delivered',
+        format('names effect %s, which is not one claim_batch returned for this page', v_bad));
+    -- pgoutbox.fail's routing of a replay-safe effect's first attempt.
+    v_cap := extract(epoch FROM settle_batch.backoff_cap);
+    SELECT array_agg(CASE
+            WHEN f.o = 'release' THEN 'available'
+            WHEN f.o = 'permanent' OR p.max_attempts <= 1 THEN 'dead_letter'
+            ELSE 'available' END ORDER BY f.ord),
+        array_agg(CASE WHEN f.o = 'release' THEN 0 ELSE 1 END ORDER BY f.ord),
+        array_agg(CASE
+            WHEN f.o = 'release' OR f.o = 'permanent' OR p.max_attempts <= 1 THEN 0
+            WHEN f.o = 'retry_after' THEN greatest(pgoutbox.retry_backoff(1, v_cap),
+                least(extract(epoch FROM f.ra)::float8, greatest(3600, v_cap)))
+            ELSE pgoutbox.retry_backoff(1, v_cap) END ORDER BY f.ord)
+    INTO v_states, v_tries, v_delays
+    FROM unnest(settle_batch.failed, settle_batch.outcomes, CASE WHEN cardinality(settle_batch.retry_after) = 0
+            THEN array_fill(NULL::interval, ARRAY[v_n]) ELSE settle_batch.retry_after END)
+        WITH ORDINALITY AS f(id, o, ra, ord)
+    JOIN unnest(v_page) p ON p.id = f.id;
+    RETURN pgoutbox.stream_settle_page(settle_batch.queue, b.id, b.lease_token, settle_batch.through,
+        settle_batch.through = b.max_id, settle_batch.worker, v_page, settle_batch.delivered,
+        coalesce(settle_batch.failed, '{}'), coalesce(v_states, '{}'), coalesce(v_tries, '{}'),
+        coalesce(v_delays, '{}'),
+        ARRAY(SELECT CASE WHEN f.o = 'release' THEN '' ELSE f.e END
+              FROM unnest(settle_batch.outcomes, settle_batch.errors) WITH ORDINALITY AS f(o, e, ord) ORDER BY f.ord));
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.stream_slot(p_ordering_key text, p_id bigint) RETURNS smallint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -1403,6 +1593,14 @@ CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigi
     LIMIT p_limit
 $$;
 
+CREATE FUNCTION pgoutbox.stream_page_of(b pgoutbox.stream_batches, p_through bigint, p_limit integer) RETURNS pgoutbox.stream[]
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT coalesce(array_agg(p ORDER BY p.id), '{}')
+    FROM pgoutbox.stream_page(b.queue, b.done_through, p_through, b.snap, b.prev_snap, p_limit, b.slot_lo, b.slot_hi) p
+$$;
+
 CREATE FUNCTION pgoutbox.stream_passed(p_names text[], p_passed bigint[], p_add_names text[], p_add bigint[]) RETURNS bigint[]
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1412,6 +1610,57 @@ CREATE FUNCTION pgoutbox.stream_passed(p_names text[], p_passed bigint[], p_add_
                                          WHERE a.name = t.name), 0)::bigint ORDER BY t.i)
         FROM unnest(p_names, p_passed) WITH ORDINALITY AS t(name, n, i))
     END
+$$;
+
+CREATE FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_token uuid, p_through bigint, p_last boolean, p_worker text, p_page pgoutbox.stream[], p_done bigint[], p_ids bigint[], p_states text[], p_attempts integer[], p_delays double precision[], p_errors text[]) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_types  text[];
+    v_counts bigint[];
+    v_p50    float8[];
+    v_p99    float8[];
+    v_moves  bigint[];
+    v_states text[];
+    v_tries  integer[];
+    v_delays float8[];
+    v_errors text[];
+BEGIN
+    SELECT array_agg(t.effect_type), array_agg(t.n) INTO v_types, v_counts
+    FROM (SELECT p.effect_type, count(*) AS n FROM unnest(p_page) p GROUP BY p.effect_type) t;
+    IF NOT EXISTS (SELECT FROM pgoutbox.work_settle_batch_row(p_queue, p_batch, p_token, p_through, p_last,
+            coalesce(v_types, '{}'), coalesce(v_counts, '{}'))) THEN
+        RETURN false;
+    END IF;
+    SELECT array_agg(t.effect_type), array_agg(t.n), array_agg(t.p50), array_agg(t.p99)
+    INTO v_types, v_counts, v_p50, v_p99
+    FROM (
+        SELECT p.effect_type, count(*) AS n,
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM now() - p.created_at)::float8) AS p50,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM now() - p.created_at)::float8) AS p99
+        FROM unnest(p_page) p WHERE p.id = ANY(p_done)
+        GROUP BY p.effect_type) t;
+    IF v_types IS NOT NULL THEN
+        PERFORM pgoutbox.work_page_settled(p_queue, v_types, v_counts, v_p50, v_p99);
+    END IF;
+    SELECT array_agg(p.id ORDER BY p.id), array_agg(coalesce(f.state, 'available') ORDER BY p.id),
+        array_agg(coalesce(f.attempts, 0) ORDER BY p.id), array_agg(coalesce(f.delay_s, 0) ORDER BY p.id),
+        array_agg(coalesce(f.error, '') ORDER BY p.id)
+    INTO v_moves, v_states, v_tries, v_delays, v_errors
+    FROM unnest(p_page) p
+    LEFT JOIN unnest(p_ids, p_states, p_attempts, p_delays, p_errors) AS f(id, state, attempts, delay_s, error)
+        ON f.id = p.id
+    WHERE p.id <> ALL(p_done);
+    IF v_moves IS NOT NULL THEN
+        PERFORM pgoutbox.work_move_rows(v_moves, v_states, v_tries, v_delays, v_errors, p_worker, p_queue,
+            array_fill(NULL::uuid, ARRAY[cardinality(v_moves)]), array_fill(0::float8, ARRAY[cardinality(v_moves)]));
+    END IF;
+    IF NOT p_last THEN
+        PERFORM pgoutbox.work_release_batch(p_queue, p_batch, p_token);
+    END IF;
+    RETURN true;
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.stream_tick(p_queue text) RETURNS bigint
@@ -1556,6 +1805,22 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.work_claim_batch(text, text, double precision) RETURNS TABLE(r_id bigint, r_snap text, r_prev_snap text, r_min_id bigint, r_max_id bigint, r_effects bigint, r_done_through bigint, r_token uuid, r_relet boolean, r_slot_lo smallint, r_slot_hi smallint)
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH head AS (
+    SELECT b.id, b.lease_token IS NOT NULL AS relet FROM pgoutbox.stream_next_batch($1) b
+    WHERE NOT EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = $1)
+)
+UPDATE pgoutbox.stream_batches b
+FROM head
+WHERE b.queue = $1 AND b.id = head.id AND b.done_at IS NULL
+  AND (b.lease_token IS NULL OR b.lease_expires_at < now())
+RETURNING b.id, b.snap::text, b.prev_snap::text, b.min_id, b.max_id, b.effects, b.done_through, b.lease_token,
+    head.relet, b.slot_lo, b.slot_hi
+$_$;
+
 CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) RETURNS TABLE(r_id bigint, r_queue text, r_effect_type text, r_key text, r_payload jsonb, r_attempts integer, r_max_attempts integer, r_token uuid, r_created_at timestamp with time zone, r_latency double precision, r_delivery_started_at timestamp with time zone, r_ordering_key text, r_traceparent text)
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1612,6 +1877,15 @@ WITH fenced AS (
     RETURNING e.id, extract(epoch FROM now() - e.created_at)::float8 AS lag
 )
 SELECT d.id, f.token, f.effect_type, d.lag FROM done d JOIN fenced f ON f.id = d.id
+$_$;
+
+CREATE FUNCTION pgoutbox.work_extend_batch(text, bigint, uuid, double precision) RETURNS SETOF bigint
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+UPDATE pgoutbox.stream_batches SET lease_expires_at = now() + make_interval(secs => $4)
+WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL
+RETURNING id
 $_$;
 
 CREATE FUNCTION pgoutbox.work_extend_rows(bigint[], uuid[], text[], double precision) RETURNS TABLE(r_id bigint, r_token uuid, r_effect_type text)
@@ -1674,6 +1948,63 @@ WHERE e.id = t.id
 RETURNING e.state::text
 $_$;
 
+CREATE FUNCTION pgoutbox.work_held_keys(text, text[]) RETURNS SETOF text
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+SELECT k FROM unnest($2::text[]) AS k
+WHERE EXISTS (
+    SELECT 1 FROM pgoutbox.effects p
+    WHERE p.queue = $1 AND p.ordering_key = k AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
+      AND (p.state <> 'dead_letter' OR NOT coalesce(
+        (SELECT c.dead_letter_moves_on FROM pgoutbox.ordering_choices c
+         WHERE c.queue = p.queue AND c.effect_type = p.effect_type),
+        (SELECT t.dead_letter_moves_on FROM pgoutbox.ordering_types t
+         WHERE t.effect_type = p.effect_type),
+        false)))
+$_$;
+
+CREATE FUNCTION pgoutbox.work_move_rows(bigint[], text[], integer[], double precision[], text[], text, text, uuid[], double precision[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+WITH input AS (
+    SELECT m.* FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::text[], $8::uuid[], $9::float8[])
+        AS m(id, state, attempts, delay_s, error, token, lease_s)
+), marked AS (
+    SELECT set_config('pgoutbox.keys_written', 'on', true) AS m, set_config('pgoutbox.routed', 'on', true) AS r
+), moved AS (
+    INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, state, attempts, max_attempts,
+        available_at, created_at, ordering_key, traceparent, last_error, dead_lettered_at, lease_token, lease_owner,
+        leased_at, lease_expires_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, i.state::pgoutbox.effect_state, i.attempts,
+        s.max_attempts,
+        CASE WHEN i.attempts = 0 THEN s.available_at ELSE now() + make_interval(secs => i.delay_s) END,
+        s.created_at, s.ordering_key, s.traceparent, left(i.error, 2000),
+        CASE WHEN i.state = 'dead_letter' THEN now() END,
+        CASE WHEN i.state = 'leased' THEN i.token END, CASE WHEN i.state = 'leased' THEN $6 END,
+        CASE WHEN i.state = 'leased' THEN now() END,
+        CASE WHEN i.state = 'leased' THEN statement_timestamp() + make_interval(secs => i.lease_s) END
+    FROM input i JOIN pgoutbox.stream s ON s.queue = $7 AND s.id = i.id CROSS JOIN marked
+    ORDER BY s.id
+    RETURNING id
+)
+INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome, error, worker)
+SELECT i.id, i.attempts, CASE WHEN i.state = 'available' THEN 'retrying' ELSE i.state END, left(i.error, 2000),
+    left($6, 256)
+FROM input i JOIN moved m ON m.id = i.id
+WHERE i.attempts > 0 AND i.state <> 'leased'
+$_$;
+
+CREATE FUNCTION pgoutbox.work_page_settled(text, text[], bigint[], double precision[], double precision[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+INSERT INTO pgoutbox.stream_settled (queue, effect_type, completed, lag_p50, lag_p99)
+SELECT $1, t.* FROM unnest($2::text[], $3::bigint[], $4::float8[], $5::float8[]) AS t
+$_$;
+
 CREATE FUNCTION pgoutbox.work_refuse_bound(p_bad boolean, p_column text, p_message text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1727,6 +2058,27 @@ BEGIN
     END IF;
 END;
 $$;
+
+CREATE FUNCTION pgoutbox.work_release_batch(text, bigint, uuid) RETURNS SETOF bigint
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+UPDATE pgoutbox.stream_batches SET lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL
+WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL
+RETURNING id
+$_$;
+
+CREATE FUNCTION pgoutbox.work_settle_batch_row(text, bigint, uuid, bigint, boolean, text[], bigint[]) RETURNS SETOF bigint
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+UPDATE pgoutbox.stream_batches
+    lease_token = CASE WHEN $5 THEN NULL ELSE lease_token END,
+    lease_expires_at = CASE WHEN $5 THEN NULL ELSE lease_expires_at END,
+    type_passed = pgoutbox.stream_passed(type_names, type_passed, $6::text[], $7::bigint[])
+WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL
+RETURNING id
+$_$;
 
 CREATE FUNCTION pgoutbox.work_start_row(bigint, uuid, text) RETURNS SETOF bigint
     LANGUAGE sql
@@ -2390,6 +2742,9 @@ GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_worker;
 REVOKE ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval) TO pgoutbox_worker;
 
+REVOKE ALL ON FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer, lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer, lease interval) TO pgoutbox_worker;
+
 REVOKE ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) TO pgoutbox_worker;
 
@@ -2407,6 +2762,9 @@ REVOKE ALL ON FUNCTION pgoutbox.enqueue_rows_routed(p_queues text[], p_types tex
 
 REVOKE ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.extend(ids bigint[], lease_tokens uuid[], effect_types text[], lease interval) TO pgoutbox_worker;
+
+REVOKE ALL ON FUNCTION pgoutbox.extend_batch(queue text, batch_id bigint, batch_token uuid, lease interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.extend_batch(queue text, batch_id bigint, batch_token uuid, lease interval) TO pgoutbox_worker;
 
 REVOKE ALL ON FUNCTION pgoutbox.fail(id bigint, lease_token uuid, effect_type text, outcome text, error text, replay_safe boolean, retry_after interval, backoff_cap interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.fail(id bigint, lease_token uuid, effect_type text, outcome text, error text, replay_safe boolean, retry_after interval, backoff_cap interval) TO pgoutbox_worker;
@@ -2435,6 +2793,9 @@ REVOKE ALL ON FUNCTION pgoutbox.revoke_enqueue(role_name text, queue text, effec
 
 REVOKE ALL ON FUNCTION pgoutbox.revoke_work(role_name text, queue text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.settle_batch(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], backoff_cap interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.settle_batch(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], backoff_cap interval) TO pgoutbox_worker;
+
 REVOKE ALL ON FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) FROM PUBLIC;
@@ -2445,23 +2806,41 @@ REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer, p_slot_lo smallint, p_slot_hi smallint) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.stream_page_of(b pgoutbox.stream_batches, p_through bigint, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_token uuid, p_through bigint, p_last boolean, p_worker text, p_page pgoutbox.stream[], p_done bigint[], p_ids bigint[], p_states text[], p_attempts integer[], p_delays double precision[], p_errors text[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.stream_tick(p_queue text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_to_rows(p_queue text, p_max integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_claim_batch(text, text, double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_complete_rows(bigint[], uuid[], text[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION pgoutbox.work_extend_batch(text, bigint, uuid, double precision) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.work_extend_rows(bigint[], uuid[], text[], double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_fail_row(bigint, uuid, text, text, double precision, text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_held_keys(text, text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_move_rows(bigint[], text[], integer[], double precision[], text[], text, text, uuid[], double precision[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_page_settled(text, text[], bigint[], double precision[], double precision[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_refuse_bound(p_bad boolean, p_column text, p_message text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_refuse_fences(p_role name, p_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_refuse_queue(p_role name, p_queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_release_batch(text, bigint, uuid) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.work_settle_batch_row(text, bigint, uuid, bigint, boolean, text[], bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.work_start_row(bigint, uuid, text) FROM PUBLIC;
 

@@ -9,9 +9,9 @@ import (
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
 )
 
-// The worker functions of migration 00025 run the engine's own statements:
-// each pgoutbox.work_*_rows function's body is this package's statement,
-// verbatim (whitespace aside). A change to one of these statements needs a
+// The worker functions of migrations 00025 and 00032 run the engine's own
+// statements: each pgoutbox.work_* function's body is this package's
+// statement, verbatim (whitespace aside). A change to one of these statements needs a
 // new migration that replaces the function with the new text; until then
 // this test fails and names the function.
 func TestWorkerFunctionsRunTheEngineStatements(t *testing.T) {
@@ -26,6 +26,14 @@ func TestWorkerFunctionsRunTheEngineStatements(t *testing.T) {
 		"work_fail_row":      failSQL,
 		"work_extend_rows":   extendSQL,
 		"work_sweep_rows":    sweepSQL,
+		// Migration 00032: the batch workers.
+		"work_claim_batch":      claimBatchSQL,
+		"work_held_keys":        heldKeysSQL,
+		"work_settle_batch_row": settleFenceSQL + "\nRETURNING id",
+		"work_move_rows":        moveSQL,
+		"work_page_settled":     settledSQL,
+		"work_release_batch":    releaseBatchSQL + "\nRETURNING id",
+		"work_extend_batch":     extendBatchSQL + "\nRETURNING id",
 	} {
 		var body string
 		err := pool.QueryRow(ctx, `SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

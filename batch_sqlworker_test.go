@@ -1,0 +1,424 @@
+package pgoutbox_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgoutbox/pgoutbox"
+)
+
+// batchLease is one row of pgoutbox.claim_batch (migration 00032).
+type batchLease struct {
+	Batch   int64
+	Token   uuid.UUID
+	Through int64
+	ID      int64
+	Type    string
+	Key     string
+	Attempt int
+}
+
+// claimBatchAs runs pgoutbox.claim_batch as role (the owner when empty)
+// for the replay-safe types.
+func (b *bundle) claimBatchAs(t *testing.T, role, queue string, max int, types ...string) ([]batchLease, error) {
+	t.Helper()
+	var out []batchLease
+	run := func(tx pgx.Tx) error {
+		rows, err := tx.Query(b.ctx, `SELECT batch_id, batch_token, through, id, effect_type, coalesce(ordering_key, ''),
+			attempt FROM pgoutbox.claim_batch($1, 'w1', $2, $3, interval '30 seconds')`, queue, types, max)
+		if err != nil {
+			return err
+		}
+		var l batchLease
+		_, err = pgx.ForEachRow(rows, []any{&l.Batch, &l.Token, &l.Through, &l.ID, &l.Type, &l.Key, &l.Attempt},
+			func() error { out = append(out, l); return nil })
+		return err
+	}
+	if role == "" {
+		return out, pgx.BeginFunc(b.ctx, b.pool, run)
+	}
+	return out, b.asRole(role, run)
+}
+
+// text reads one text value as the owner.
+func (b *bundle) text(t *testing.T, sql string, args ...any) string {
+	t.Helper()
+	var s string
+	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+// settleBatch settles the page of leases (one claim_batch's rows) as the
+// owner: failed maps an id to its outcome; every other lease was delivered.
+func (b *bundle) settleBatch(t *testing.T, queue string, leases []batchLease, failed map[int64]string) bool {
+	t.Helper()
+	done, bad := []int64{}, []int64{}
+	outcomes, errs := []string{}, []string{}
+	for _, l := range leases {
+		if o, ok := failed[l.ID]; ok {
+			bad, outcomes, errs = append(bad, l.ID), append(outcomes, o), append(errs, "boom "+o)
+			continue
+		}
+		done = append(done, l.ID)
+	}
+	var found bool
+	err := b.pool.QueryRow(b.ctx, `SELECT pgoutbox.settle_batch($1, $2, $3, $4, 'w1', $5, $6, $7, $8)`, queue,
+		leases[0].Batch, leases[0].Token, leases[0].Through, done, bad, outcomes, errs).Scan(&found)
+	if err != nil {
+		t.Fatalf("settle_batch: %v", err)
+	}
+	return found
+}
+
+// enqueueSQL enqueues one effect per (type, ordering key) pair through the
+// SQL API in one transaction and returns their ids.
+func (b *bundle) enqueueSQL(t *testing.T, queue string, pairs ...[2]string) []int64 {
+	t.Helper()
+	var ids []int64
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for _, p := range pairs {
+			var id int64
+			if err := tx.QueryRow(b.ctx, `SELECT pgoutbox.enqueue($1, $2, $3, ordering_key => nullif($4, ''))`,
+				queue, p[0], uuid.NewString(), p[1]).Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestSQLBatchWorker: a worker in any language delivers a batch queue from
+// its batch (pgoutbox.claim_batch, settle_batch; migration 00032), writing
+// nothing per effect delivered. A claim returns the effects of the types it
+// names, the first of each ordering key in the page; its settle counts the
+// delivered ones (status sees them completed), moves the failed one to the
+// row storage with its attempt and backoff, and every other effect of the
+// page (another type, a key's later effects) unrun, behind its key's head,
+// for the row claim. A second settle of the page is fenced out.
+func TestSQLBatchWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sb", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueueSQL(t, "sb",
+		[2]string{"t", "a"}, [2]string{"t", "a"}, [2]string{"t", ""}, [2]string{"u", ""},
+		[2]string{"t", "b"}, [2]string{"t", ""}, [2]string{"u", "c"}, [2]string{"t", "c"})
+	leases, err := b.claimBatchAs(t, "", "sb", 100, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, l := range leases {
+		got = append(got, l.ID)
+		if l.Attempt != 1 || l.Batch != leases[0].Batch || l.Token != leases[0].Token || l.Through < ids[7] {
+			t.Errorf("lease %+v: want attempt 1, one batch and token, through the page's end", l)
+		}
+	}
+	// a's head, the two without a key, b's head: not a's second, not the
+	// u type, not c's second (its head is of type u).
+	if want := []int64{ids[0], ids[2], ids[4], ids[5]}; !slices.Equal(got, want) {
+		t.Fatalf("claim_batch returned %v, want %v", got, want)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'sb'`); n != 0 {
+		t.Fatalf("%d rows in pgoutbox.effects after the claim, want none", n)
+	}
+	if !b.settleBatch(t, "sb", leases, map[int64]string{ids[4]: "retry"}) {
+		t.Fatal("settle_batch: lease lost")
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT id, state::text, attempts, available_at > now(), coalesce(last_error, '')
+		FROM pgoutbox.effects WHERE queue = 'sb' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved []string
+	var id int64
+	var state, lastErr string
+	var attempts int
+	var later bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &state, &attempts, &later, &lastErr}, func() error {
+		moved = append(moved, fmt.Sprintf("%d %s %d %t %s", id, state, attempts, later, lastErr))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		fmt.Sprintf("%d available 0 false ", ids[1]),
+		fmt.Sprintf("%d available 0 false ", ids[3]),
+		fmt.Sprintf("%d available 1 true boom retry", ids[4]),
+		fmt.Sprintf("%d available 0 false ", ids[6]),
+		fmt.Sprintf("%d available 0 false ", ids[7]),
+	}
+	if !slices.Equal(moved, want) {
+		t.Fatalf("rows after the settle:\n%v\nwant\n%v", moved, want)
+	}
+	for _, i := range []int{0, 2, 5} {
+		if s := b.text(t, `SELECT state FROM pgoutbox.effect_states WHERE id = $1`, ids[i]); s != "completed" {
+			t.Errorf("delivered effect %d: state %q, want completed", ids[i], s)
+		}
+	}
+	if n := b.scalar(t, `SELECT coalesce(sum(completed), 0) FROM pgoutbox.stream_settled WHERE queue = 'sb'`); n != 3 {
+		t.Errorf("stream_settled counts %d completions, want 3", n)
+	}
+	before := b.effectsDigest(t)
+	if b.settleBatch(t, "sb", leases, nil) {
+		t.Error("a second settle of the page matched the lease")
+	}
+	if after := b.effectsDigest(t); after != before {
+		t.Errorf("a stale settle changed the effects:\n%s\nwas\n%s", after, before)
+	}
+	// The row claim takes what moved, a's second behind nothing now.
+	rl, err := b.claimAs(t, "", "sb", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rowIDs []int64
+	for _, l := range rl {
+		rowIDs = append(rowIDs, l.ID)
+	}
+	if want := []int64{ids[1], ids[3], ids[6]}; !slices.Equal(rowIDs, want) {
+		t.Errorf("the row claim took %v, want %v (c's second waits for its head)", rowIDs, want)
+	}
+	if more, err := b.claimBatchAs(t, "", "sb", 100, "t"); err != nil || len(more) != 0 {
+		t.Errorf("claim_batch after the batch: %v, %v; want nothing", more, err)
+	}
+}
+
+// TestSQLBatchWorkerPagesAndLeases: pages of a batch are claimed one at a
+// time per lane; a settled page releases the lease for the next claim;
+// every effect is delivered once across pages; an effect whose key is held
+// in pgoutbox.effects stays out of the claims; a holder whose lease
+// expired is fenced out, and the batch's next claimer moves the page to
+// the row storage with the attempt it may have had.
+func TestSQLBatchWorkerPagesAndLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sp", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	// Key h is held: its first effect is dead-lettered in the row storage.
+	held := b.enqueueSQL(t, "sp", [2]string{"t", "h"})
+	var pairs [][2]string
+	for i := range 10 {
+		pairs = append(pairs, [2]string{"t", []string{"h", ""}[min(i%5, 1)]})
+	}
+	first, err := b.claimBatchAs(t, "", "sp", 100, "t")
+	if err != nil || len(first) != 1 {
+		t.Fatalf("claim the held key's head: %v, %v", first, err)
+	}
+	if !b.settleBatch(t, "sp", first, map[int64]string{held[0]: "permanent"}) {
+		t.Fatal("settle: lease lost")
+	}
+	if s := b.text(t, `SELECT state::text FROM pgoutbox.effects WHERE id = $1`, held[0]); s != "dead_letter" {
+		t.Fatalf("a permanent failure: %s, want dead_letter", s)
+	}
+	ids := b.enqueueSQL(t, "sp", pairs...)
+	delivered := map[int64]int{}
+	for round := 0; ; round++ {
+		if round > 20 {
+			t.Fatalf("no end after 20 claims: %v", delivered)
+		}
+		page, err := b.claimBatchAs(t, "", "sp", 3, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		// The lane is leased: a second claimer gets nothing.
+		if other, err := b.claimBatchAs(t, "", "sp", 3, "t"); err != nil || len(other) != 0 {
+			t.Fatalf("a claim beside a leased lane: %v, %v", other, err)
+		}
+		for _, l := range page {
+			delivered[l.ID]++
+			if l.Key == "h" {
+				t.Errorf("effect %d of the held key was claimed", l.ID)
+			}
+		}
+		if !b.settleBatch(t, "sp", page, nil) {
+			t.Fatal("settle: lease lost")
+		}
+	}
+	for _, id := range ids {
+		if pairs[slices.Index(ids, id)][1] == "h" {
+			continue
+		}
+		if delivered[id] != 1 {
+			t.Errorf("effect %d delivered %d times, want once", id, delivered[id])
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'sp' AND state = 'available'
+		AND ordering_key = 'h'`); n != 2 {
+		t.Errorf("%d of the held key's effects wait in the row storage, want 2", n)
+	}
+
+	// A holder's lease expires: the next claimer takes the batch over.
+	more := b.enqueueSQL(t, "sp", [2]string{"t", ""}, [2]string{"t", ""})
+	stale, err := b.claimBatchAs(t, "", "sp", 100, "t")
+	if err != nil || len(stale) != 2 {
+		t.Fatalf("claim: %v, %v", stale, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.stream_batches SET lease_expires_at = now() - interval '1 second'
+		WHERE queue = 'sp' AND id = $1`, stale[0].Batch); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := b.claimBatchAs(t, "", "sp", 100, "t"); err != nil || len(again) != 0 {
+		t.Fatalf("the claim after an expired lease: %v, %v; want the page moved to rows", again, err)
+	}
+	for _, id := range more {
+		if n := b.scalar(t, `SELECT attempts FROM pgoutbox.effects WHERE id = $1 AND state = 'available'`, id); n != 1 {
+			t.Errorf("effect %d of the expired batch: %d attempts in the row storage, want 1", id, n)
+		}
+	}
+	before := b.effectsDigest(t)
+	if b.settleBatch(t, "sp", stale, nil) {
+		t.Error("the expired holder's settle matched the lease")
+	}
+	if after := b.effectsDigest(t); after != before {
+		t.Errorf("the expired holder's settle changed the effects:\n%s\nwas\n%s", after, before)
+	}
+}
+
+// The batch worker functions work only a granted queue, and each argument
+// is bounded: a refusal (42501, OB001) changes nothing, neither an effect
+// nor the batch's lease and settled position. A settle may name only the
+// effects claim_batch returned for the page.
+func TestSQLBatchWorkerRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, q := range []string{"sr", "other"} {
+		if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageBatch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := b.enqueueSQL(t, "sr", [2]string{"t", "k"}, [2]string{"t", "k"}, [2]string{"t", ""})
+	b.enqueueSQL(t, "other", [2]string{"t", ""})
+	role := b.workerRole(t, "pgoutbox_bworker_test")
+	digest := func() string {
+		return b.effectsDigest(t) + b.text(t, `SELECT coalesce(string_agg(format('%s %s %s %s', queue, id,
+			coalesce(lease_token::text, '-'), done_through), ';' ORDER BY queue, id), '') FROM pgoutbox.stream_batches`)
+	}
+	refusedIn := func(t *testing.T, code, as, sql string, args ...any) {
+		t.Helper()
+		before := digest()
+		var err error
+		if as == "" {
+			_, err = b.pool.Exec(b.ctx, sql, args...)
+		} else {
+			err = b.execAs(as, sql, args...)
+		}
+		if pgCode(err) != code {
+			t.Fatalf("%s: %v, want %s", sql, err, code)
+		}
+		if after := digest(); after != before {
+			t.Fatalf("a refused %s changed:\n%s\nwas\n%s", sql, after, before)
+		}
+	}
+	refused := func(code, as, sql string, args ...any) {
+		t.Helper()
+		refusedIn(t, code, as, sql, args...)
+	}
+	fake := uuid.New()
+	refused("42501", role, `SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'])`)
+	refused("42501", role, `SELECT pgoutbox.settle_batch('sr', 1, $1, 1, 'w1', '{}')`, fake)
+	refused("42501", role, `SELECT pgoutbox.extend_batch('sr', 1, $1)`, fake)
+	enq := b.tempRole(t, "pgoutbox_benq_test")
+	refused("42501", enq, `SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'])`)
+	if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.grant_work($1, 'sr')`, role); err != nil {
+		t.Fatal(err)
+	}
+	refused("42501", role, `SELECT * FROM pgoutbox.claim_batch('other', 'w1', ARRAY['t'])`)
+	refused("42501", role, `SELECT * FROM pgoutbox.work_claim_batch('sr', 'w1', 30)`)
+	refused("42501", role, `SELECT pgoutbox.stream_settle_page('sr', 1, $1, 1, true, 'w1', '{}', '{}', '{}', '{}',
+		'{}', '{}', '{}')`, fake)
+	for _, bad := range []string{
+		`SELECT * FROM pgoutbox.claim_batch('sr', '', ARRAY['t'])`,
+		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'], 0)`,
+		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'], 1001)`,
+		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', '{}')`,
+		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY[NULL::text])`,
+		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', array_fill('t'::text, ARRAY[101]))`,
+		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'], 10, interval '0')`,
+		`SELECT pgoutbox.extend_batch('sr', 1, gen_random_uuid(), interval '2 days')`,
+	} {
+		refused("OB001", role, bad)
+	}
+
+	var page []batchLease
+	err := b.asRole(role, func(tx pgx.Tx) error {
+		rows, err := tx.Query(b.ctx, `SELECT batch_id, batch_token, through, id FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'])`)
+		if err != nil {
+			return err
+		}
+		var l batchLease
+		_, err = pgx.ForEachRow(rows, []any{&l.Batch, &l.Token, &l.Through, &l.ID}, func() error { page = append(page, l); return nil })
+		return err
+	})
+	if err != nil || len(page) != 2 || page[0].ID != ids[0] || page[1].ID != ids[2] {
+		t.Fatalf("the granted role's claim_batch: %v, %v; want effects %d and %d", page, err, ids[0], ids[2])
+	}
+	bt, tok, through := page[0].Batch, page[0].Token, page[0].Through
+	settle := `SELECT pgoutbox.settle_batch('sr', $1, $2, $3, 'w1', $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::interval[])`
+	for _, c := range []struct {
+		name                  string
+		through               int64
+		delivered, failed     []int64
+		outcomes, errs, after []string
+	}{
+		{"a key's second effect", through, []int64{ids[0], ids[1]}, nil, nil, nil, nil},
+		{"an id of no page", through, []int64{ids[0] + 1000}, nil, nil, nil, nil},
+		{"an id twice", through, []int64{ids[0]}, []int64{ids[0]}, []string{"retry"}, []string{"x"}, nil},
+		{"through past the batch", through + 1000, []int64{ids[0]}, nil, nil, nil, nil},
+		{"through before the page", 0, []int64{ids[0]}, nil, nil, nil, nil},
+		{"an unknown outcome", through, nil, []int64{ids[0]}, []string{"maybe"}, []string{"x"}, nil},
+		{"outcomes shorter than failed", through, nil, []int64{ids[0], ids[2]}, []string{"retry"}, []string{"x", "y"}, nil},
+		{"retry_after without its interval", through, nil, []int64{ids[0]}, []string{"retry_after"}, []string{"x"}, nil},
+		{"an interval without retry_after", through, nil, []int64{ids[0]}, []string{"retry"}, []string{"x"}, []string{"1 minute"}},
+		{"an error over 64 KiB", through, nil, []int64{ids[0]}, []string{"retry"}, []string{string(make([]byte, 65537))}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.outcomes == nil {
+				c.outcomes, c.errs = []string{}, []string{}
+			}
+			if c.failed == nil {
+				c.failed = []int64{}
+			}
+			if c.after == nil {
+				c.after = []string{}
+			}
+			for i := range c.errs {
+				if len(c.errs[i]) > 65536 {
+					c.errs[i] = fmt.Sprintf("%065537d", 0)
+				}
+			}
+			refusedIn(t, "OB001", role, settle, bt, tok, c.through, c.delivered, c.failed, c.outcomes, c.errs, c.after)
+		})
+	}
+	// Another queue's batch is refused though its token is right.
+	refused("42501", role, `SELECT pgoutbox.settle_batch('other', $1, $2, $3, 'w1', '{}')`, bt, tok, through)
+
+	var ok bool
+	if err := b.asRole(role, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(b.ctx, `SELECT pgoutbox.extend_batch('sr', $1, $2, interval '1 minute')`, bt, tok).Scan(&ok); err != nil || !ok {
+			return fmt.Errorf("extend_batch: %v, %v", ok, err)
+		}
+		return tx.QueryRow(b.ctx, settle, bt, tok, through, []int64{ids[0], ids[2]}, []int64{}, []string{}, []string{},
+			[]string{}).Scan(&ok)
+	}); err != nil || !ok {
+		t.Fatalf("the granted role's settle: %v, %v", ok, err)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'sr'`); n != 1 {
+		t.Errorf("%d rows in pgoutbox.effects after the settle, want 1 (the key's second)", n)
+	}
+}
