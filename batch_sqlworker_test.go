@@ -115,6 +115,13 @@ func TestSQLBatchWorker(t *testing.T) {
 	ids := b.enqueueSQL(t, "sb",
 		[2]string{"t", "a"}, [2]string{"t", "a"}, [2]string{"t", ""}, [2]string{"u", ""},
 		[2]string{"t", "b"}, [2]string{"t", ""}, [2]string{"u", "c"}, [2]string{"t", "c"})
+	// A row claim with from_stream false moves nothing out of the stream.
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.claim('sb', 'w1', 10, interval '30 seconds', false)`); n != 0 {
+		t.Fatalf("claim(from_stream => false) claimed %d effects of the stream", n)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'sb'`); n != 0 {
+		t.Fatalf("claim(from_stream => false) moved %d effects into rows", n)
+	}
 	leases, err := b.claimBatchAs(t, "", "sb", 100, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -351,6 +358,7 @@ func TestSQLBatchWorkerRefusals(t *testing.T) {
 		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', array_fill('t'::text, ARRAY[101]))`,
 		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'], 10, interval '0')`,
 		`SELECT pgoutbox.extend_batch('sr', 1, gen_random_uuid(), interval '2 days')`,
+		`SELECT * FROM pgoutbox.claim('sr', 'w1', 1, interval '30 seconds', NULL)`,
 	} {
 		refused("OB001", role, bad)
 	}

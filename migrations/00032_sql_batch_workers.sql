@@ -33,6 +33,13 @@
 --     run.
 --   * The statements are the Go engine's own (internal/store), verbatim, in
 --     pgoutbox.work_*batch* below (TestWorkerFunctionsRunTheEngineStatements).
+--   * pgoutbox.claim gains from_stream (default true, as before): false
+--     claims rows only, moving nothing out of the stream, for a worker
+--     that delivers the batches with claim_batch and claims the row
+--     storage (retries, other types) beside them. The function is dropped
+--     and created again with the new argument (4-argument calls resolve
+--     to it); its EXECUTE is granted to pgoutbox_worker again, and a grant
+--     made to another role by hand must be made again.
 --   * Grants and bounds as migration 00025's: the caller must be granted
 --     the queue (pgoutbox.grant_work) before anything is read; every
 --     argument is bounded (OB001, nothing changed); settle_batch accepts
@@ -472,6 +479,38 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- claim (migrations 00025, 00028) with from_stream: false claims rows only.
+-- +goose StatementBegin
+DROP FUNCTION pgoutbox.claim(text, text, integer, interval);
+CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1,
+                               lease interval DEFAULT interval '30 seconds', from_stream boolean DEFAULT true)
+RETURNS TABLE (id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer,
+               max_attempts integer, lease_token uuid, created_at timestamptz,
+               delivery_started_at timestamptz, ordering_key text, traceparent text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), claim.queue);
+    PERFORM pgoutbox.work_refuse_bound(octet_length(claim.worker) NOT BETWEEN 1 AND 128, 'worker',
+        'must be 1-128 bytes');
+    PERFORM pgoutbox.work_refuse_bound(claim.max_effects NOT BETWEEN 1 AND 1000, 'max_effects',
+        'must be between 1 and 1000');
+    PERFORM pgoutbox.work_refuse_bound(claim.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    PERFORM pgoutbox.work_refuse_bound(claim.from_stream IS NULL, 'from_stream', 'must be true or false');
+    IF claim.from_stream THEN
+        PERFORM pgoutbox.stream_to_rows(claim.queue, claim.max_effects);
+    END IF;
+    RETURN QUERY
+    SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
+        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, ''), nullif(c.r_traceparent, '')
+    FROM pgoutbox.work_claim_rows(claim.queue, claim.max_effects, claim.worker,
+        extract(epoch FROM claim.lease)::float8, 1) c;
+END;
+$$;
+-- +goose StatementEnd
+
 REVOKE EXECUTE ON FUNCTION pgoutbox.work_claim_batch(text, text, float8) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.work_held_keys(text, text[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.work_settle_batch_row(text, bigint, uuid, bigint, boolean, text[], bigint[]) FROM PUBLIC;
@@ -487,6 +526,7 @@ REVOKE EXECUTE ON FUNCTION pgoutbox.claim_batch(text, text, text[], integer, int
 REVOKE EXECUTE ON FUNCTION pgoutbox.settle_batch(text, bigint, uuid, bigint, text, bigint[], bigint[], text[], text[],
     interval[], interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.extend_batch(text, bigint, uuid, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgoutbox.claim(text, text, integer, interval, boolean) FROM PUBLIC;
 
 -- +goose StatementBegin
 DO $$
@@ -496,12 +536,50 @@ BEGIN
         GRANT EXECUTE ON FUNCTION pgoutbox.settle_batch(text, bigint, uuid, bigint, text, bigint[], bigint[], text[],
             text[], interval[], interval) TO pgoutbox_worker;
         GRANT EXECUTE ON FUNCTION pgoutbox.extend_batch(text, bigint, uuid, interval) TO pgoutbox_worker;
+        GRANT EXECUTE ON FUNCTION pgoutbox.claim(text, text, integer, interval, boolean) TO pgoutbox_worker;
     END IF;
 END;
 $$;
 -- +goose StatementEnd
 
 -- +goose Down
+-- +goose StatementBegin
+DROP FUNCTION pgoutbox.claim(text, text, integer, interval, boolean);
+CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1,
+                               lease interval DEFAULT interval '30 seconds')
+RETURNS TABLE (id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer,
+               max_attempts integer, lease_token uuid, created_at timestamptz,
+               delivery_started_at timestamptz, ordering_key text, traceparent text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), claim.queue);
+    PERFORM pgoutbox.work_refuse_bound(octet_length(claim.worker) NOT BETWEEN 1 AND 128, 'worker',
+        'must be 1-128 bytes');
+    PERFORM pgoutbox.work_refuse_bound(claim.max_effects NOT BETWEEN 1 AND 1000, 'max_effects',
+        'must be between 1 and 1000');
+    PERFORM pgoutbox.work_refuse_bound(claim.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    PERFORM pgoutbox.stream_to_rows(claim.queue, claim.max_effects);
+    RETURN QUERY
+    SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
+        c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, ''), nullif(c.r_traceparent, '')
+    FROM pgoutbox.work_claim_rows(claim.queue, claim.max_effects, claim.worker,
+        extract(epoch FROM claim.lease)::float8, 1) c;
+END;
+$$;
+-- +goose StatementEnd
+REVOKE EXECUTE ON FUNCTION pgoutbox.claim(text, text, integer, interval) FROM PUBLIC;
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgoutbox_worker') THEN
+        GRANT EXECUTE ON FUNCTION pgoutbox.claim(text, text, integer, interval) TO pgoutbox_worker;
+    END IF;
+END;
+$$;
+-- +goose StatementEnd
 DROP FUNCTION pgoutbox.extend_batch(text, bigint, uuid, interval);
 DROP FUNCTION pgoutbox.settle_batch(text, bigint, uuid, bigint, text, bigint[], bigint[], text[], text[], interval[],
     interval);

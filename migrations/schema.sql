@@ -11,7 +11,7 @@ CREATE TYPE pgoutbox.effect_state AS ENUM (
     'reconciliation_required'
 );
 
-CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval) RETURNS TABLE(id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, created_at timestamp with time zone, delivery_started_at timestamp with time zone, ordering_key text, traceparent text)
+CREATE FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval, from_stream boolean DEFAULT true) RETURNS TABLE(id bigint, effect_type text, idempotency_key text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, created_at timestamp with time zone, delivery_started_at timestamp with time zone, ordering_key text, traceparent text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -23,7 +23,10 @@ BEGIN
         'must be between 1 and 1000');
     PERFORM pgoutbox.work_refuse_bound(claim.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
         'must be between 1 second and 1 day');
-    PERFORM pgoutbox.stream_to_rows(claim.queue, claim.max_effects);
+    PERFORM pgoutbox.work_refuse_bound(claim.from_stream IS NULL, 'from_stream', 'must be true or false');
+    IF claim.from_stream THEN
+        PERFORM pgoutbox.stream_to_rows(claim.queue, claim.max_effects);
+    END IF;
     RETURN QUERY
     SELECT c.r_id, c.r_effect_type, c.r_key, c.r_payload, c.r_attempts, c.r_max_attempts, c.r_token,
         c.r_created_at, c.r_delivery_started_at, nullif(c.r_ordering_key, ''), nullif(c.r_traceparent, '')
@@ -2739,8 +2742,8 @@ CREATE TRIGGER stream_notify_insert AFTER INSERT ON pgoutbox.stream REFERENCING 
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_enqueuer;
 GRANT USAGE ON SCHEMA pgoutbox TO pgoutbox_worker;
 
-REVOKE ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval) TO pgoutbox_worker;
+REVOKE ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval, from_stream boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects integer, lease interval, from_stream boolean) TO pgoutbox_worker;
 
 REVOKE ALL ON FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer, lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer, lease interval) TO pgoutbox_worker;

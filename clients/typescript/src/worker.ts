@@ -135,10 +135,33 @@ export interface WorkerOptions {
   workerId?: string;
   /** Told of errors the worker survives (a failed claim, a lost connection); default console.error. */
   onError?: (err: unknown) => void;
+  /**
+   * Deliver a batch queue's replay-safe types from its batch
+   * (pgoutbox.claim_batch and settle_batch): nothing is written per effect
+   * delivered. Default true. A row storage queue then costs one more call
+   * per claim round (claim_batch returns nothing for it); set false to
+   * save it.
+   */
+  batch?: boolean;
 }
 
 /** The channel the engine notifies when a transaction enqueued into a queue (the payload is the queue). */
 export const NOTIFY_CHANNEL = "pgoutbox_effects";
+
+/** A batch page in delivery: each effect's outcome, settled together (pgoutbox.settle_batch). */
+interface Page {
+  batchId: string;
+  token: string;
+  through: string;
+  abort: AbortController;
+  /** Effects whose handler has not returned. */
+  running: Set<string>;
+  delivered: string[];
+  failed: Array<{ id: string; outcome: Outcome | "release"; error: string; after: string | null }>;
+  done: Promise<void>;
+  /** Set once the page is settled, or its lease was lost: its outcomes are no longer written. */
+  over: boolean;
+}
 
 interface InFlight {
   id: string;
@@ -169,6 +192,8 @@ export class Worker {
   private readonly backoffCapMs: number;
   private readonly onError: (err: unknown) => void;
   private readonly inFlight = new Map<string, InFlight>();
+  private readonly batchTypes: string[];
+  private page: Page | undefined;
   private running = false;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
@@ -194,6 +219,8 @@ export class Worker {
     for (const [name, t] of Object.entries(this.types)) {
       if (typeof t?.handler !== "function") throw new TypeError(`pgoutbox: effect type ${name} has no handler`);
     }
+    this.batchTypes =
+      opts.batch === false ? [] : Object.entries(this.types).filter(([, t]) => t.replaySafe === true).map(([n]) => n);
   }
 
   /** Starts listening and claiming. The first claim runs before start resolves. */
@@ -220,7 +247,7 @@ export class Worker {
     this.running = false;
     this.signal();
     await this.loop;
-    const pending = Promise.all([...this.inFlight.values()].map((f) => f.done));
+    const pending = Promise.all([...[...this.inFlight.values()].map((f) => f.done), this.page?.done]);
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
       pending.then(() => false),
@@ -230,6 +257,8 @@ export class Worker {
     ]);
     clearTimeout(timer);
     if (timedOut) {
+      // The page's unfinished effects go back unrun (outcome release).
+      if (this.page) await this.settlePage(this.page, true);
       for (const f of [...this.inFlight.values()]) {
         this.inFlight.delete(f.id);
         f.abort.abort(new Error("pgoutbox: worker stopped"));
@@ -287,23 +316,44 @@ export class Worker {
   private async claimLoop(): Promise<void> {
     while (this.running) {
       this.woken = false;
-      const free = this.concurrency - this.inFlight.size;
+      let free = this.concurrency - this.inFlight.size - (this.page?.running.size ?? 0);
+      const want = free;
       let claimed = 0;
+      if (free > 0 && this.batchTypes.length > 0 && this.page === undefined) {
+        if (!this.listener) await this.listen();
+        // A slot stays for the row claim (retries, other types), which
+        // full pages would otherwise starve while the stream has a backlog.
+        const pageMax = free > 1 ? free - 1 : free;
+        const rows = await this.call("claim batch", async () => {
+          const r = await this.pool.query(
+            "SELECT batch_id::text AS batch_id, batch_token::text AS batch_token, through::text AS through, id::text AS id, effect_type, idempotency_key, payload, attempt, max_attempts, created_at, ordering_key FROM pgoutbox.claim_batch($1, $2, $3::text[], $4, $5::interval)",
+            [this.queue, this.id, this.batchTypes, pageMax, `${this.leaseMs} milliseconds`],
+          );
+          return r.rows;
+        });
+        if (rows && rows.length > 0) {
+          this.deliverPage(rows);
+          claimed = rows.length;
+          free -= rows.length;
+        }
+      }
       if (free > 0) {
         if (!this.listener) await this.listen();
         const rows = await this.call("claim", async () => {
           const r = await this.pool.query(
-            "SELECT id::text AS id, effect_type, idempotency_key, payload, attempt, max_attempts, lease_token::text AS lease_token, created_at, ordering_key FROM pgoutbox.claim($1, $2, $3, $4::interval)",
-            [this.queue, this.id, free, `${this.leaseMs} milliseconds`],
+            "SELECT id::text AS id, effect_type, idempotency_key, payload, attempt, max_attempts, lease_token::text AS lease_token, created_at, ordering_key FROM pgoutbox.claim($1, $2, $3, $4::interval, $5)",
+            // A worker that delivers the batches claims rows only: pgoutbox.claim
+            // would otherwise move the stream's unleased pages into rows.
+            [this.queue, this.id, free, `${this.leaseMs} milliseconds`, this.batchTypes.length === 0],
           );
           return r.rows;
         });
         for (const row of rows ?? []) this.deliver(row);
-        claimed = rows?.length ?? 0;
+        claimed += rows?.length ?? 0;
       }
       // A full claim may have left more; otherwise wait for a notification,
       // a finished delivery or the poll timer.
-      if (this.running && (claimed === 0 || claimed < free) && !this.woken) {
+      if (this.running && (claimed === 0 || claimed < want) && !this.woken) {
         await new Promise<void>((resolve) => {
           this.wake = resolve;
         });
@@ -311,9 +361,8 @@ export class Worker {
     }
   }
 
-  private deliver(row: Record<string, unknown>): void {
-    const abort = new AbortController();
-    const d: Delivery = {
+  private delivery(row: Record<string, unknown>, signal: AbortSignal): Delivery {
+    return {
       id: String(row.id),
       queue: this.queue,
       type: String(row.effect_type),
@@ -323,8 +372,13 @@ export class Worker {
       maxAttempts: Number(row.max_attempts),
       createdAt: row.created_at as Date,
       orderingKey: row.ordering_key == null ? null : String(row.ordering_key),
-      signal: abort.signal,
+      signal,
     };
+  }
+
+  private deliver(row: Record<string, unknown>): void {
+    const abort = new AbortController();
+    const d = this.delivery(row, abort.signal);
     const token = String(row.lease_token);
     const f: InFlight = { id: d.id, token, type: d.type, abort, done: Promise.resolve() };
     this.inFlight.set(d.id, f);
@@ -332,6 +386,86 @@ export class Worker {
       if (this.inFlight.get(d.id) === f) this.inFlight.delete(d.id);
       this.signal();
     });
+  }
+
+  /**
+   * Delivers a page of a batch (the rows of one claim_batch): its handlers
+   * run at once, each outcome is kept, and the page is settled in one call
+   * when the last returns.
+   */
+  private deliverPage(rows: Array<Record<string, unknown>>): void {
+    const first = rows[0];
+    const page: Page = {
+      batchId: String(first.batch_id),
+      token: String(first.batch_token),
+      through: String(first.through),
+      abort: new AbortController(),
+      running: new Set(rows.map((r) => String(r.id))),
+      delivered: [],
+      failed: [],
+      done: Promise.resolve(),
+      over: false,
+    };
+    this.page = page;
+    const runs = rows.map(async (row) => {
+      const d = this.delivery(row, page.abort.signal);
+      try {
+        await this.types[d.type].handler(d);
+        if (!page.over) page.delivered.push(d.id);
+      } catch (err) {
+        const herr = err ?? new Error("handler threw a nullish value");
+        let outcome: Outcome = "retry";
+        let after: string | null = null;
+        if (herr instanceof OutcomeError) {
+          outcome = herr.outcome;
+          if (outcome === "retry_after") after = `${herr.afterMs} milliseconds`;
+        }
+        const error = (herr instanceof Error ? herr.message : String(herr)).slice(0, 2000);
+        if (!page.over) page.failed.push({ id: d.id, outcome, error, after });
+      } finally {
+        page.running.delete(d.id);
+      }
+    });
+    page.done = Promise.all(runs)
+      .then(() => this.settlePage(page, false))
+      .catch((err: unknown) => this.onError(err))
+      .finally(() => {
+        if (this.page === page) this.page = undefined;
+        this.signal();
+      });
+  }
+
+  /**
+   * Settles page: its delivered and failed effects, and (release) its
+   * unfinished ones given back unrun. Nothing is written once the page is
+   * over (settled, or its lease lost).
+   */
+  private async settlePage(page: Page, release: boolean): Promise<void> {
+    if (page.over) return;
+    page.over = true;
+    const failed = [...page.failed];
+    if (release) {
+      for (const id of page.running) failed.push({ id, outcome: "release", error: "worker stopped", after: null });
+      page.abort.abort(new Error("pgoutbox: worker stopped"));
+    }
+    await this.call("settle batch", () =>
+      this.pool.query(
+        "SELECT pgoutbox.settle_batch($1, $2::bigint, $3::uuid, $4::bigint, $5, $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::interval[], $11::interval) AS ok",
+        [
+          this.queue,
+          page.batchId,
+          page.token,
+          page.through,
+          this.id,
+          page.delivered,
+          failed.map((f) => f.id),
+          failed.map((f) => f.outcome),
+          failed.map((f) => f.error),
+          failed.map((f) => f.after),
+          `${this.backoffCapMs} milliseconds`,
+        ],
+      ),
+    );
   }
 
   private async run(d: Delivery, token: string): Promise<void> {
@@ -378,6 +512,22 @@ export class Worker {
   }
 
   private async extend(): Promise<void> {
+    const page = this.page;
+    if (page && !page.over) {
+      const r = await this.call("extend batch", () =>
+        this.pool.query("SELECT pgoutbox.extend_batch($1, $2::bigint, $3::uuid, $4::interval) AS ok", [
+          this.queue,
+          page.batchId,
+          page.token,
+          `${this.leaseMs} milliseconds`,
+        ]),
+      );
+      if (r && r.rows[0]?.ok !== true && !page.over) {
+        // Another worker took the batch over: its outcomes are not ours.
+        page.over = true;
+        page.abort.abort(new Error("pgoutbox: lease lost"));
+      }
+    }
     const fs = [...this.inFlight.values()];
     if (fs.length === 0) return;
     const r = await this.call("extend", () =>

@@ -117,6 +117,45 @@ test("delivers every effect once, at most concurrency at a time", { timeout: 60_
   assert.deepEqual(w.errors, []);
 });
 
+test("delivers a batch queue's replay-safe effects from the batch, writing no row for them", { timeout: 60_000 }, async () => {
+  const q = await newQueue();
+  await owner.query("INSERT INTO pgoutbox.queue_storage (queue, storage) VALUES ($1, 'batch')", [q]);
+  const ids = [];
+  for (let i = 0; i < 30; i++) ids.push(await put(q, "note", `k${i}`, { orderingKey: i < 3 ? "o" : undefined }));
+  const flaky = await put(q, "note", "flaky");
+  const once = await put(q, "once", "x"); // not replay-safe: delivered through the row storage
+  const seen = new Map();
+  const w = newWorker(q, {
+    note: {
+      replaySafe: true,
+      handler: async (d) => {
+        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
+        assert.deepEqual(d.payload, { k: d.key });
+        if (d.key === "flaky" && d.attempt === 1) throw retry(new Error("503"));
+      },
+    },
+    once: { handler: async (d) => { seen.set(d.id, (seen.get(d.id) ?? 0) + 1); } },
+  }, { concurrency: 4 });
+  await w.start();
+  await waitFor("all completed", async () => {
+    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
+    return rows[0].n === 32;
+  });
+  await w.stop();
+  for (const id of [...ids, once]) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
+  assert.equal(seen.get(flaky), 2, "the failed effect is retried once");
+  // Rows only for the exceptions: the retry, the type that is not
+  // replay-safe, and the ordering key's later effects (moved behind its head).
+  const { rows } = await owner.query("SELECT id::text AS id FROM pgoutbox.effects WHERE queue = $1 ORDER BY id", [q]);
+  assert.deepEqual(rows.map((r) => r.id), [ids[1], ids[2], flaky, once]);
+  const fr = await row(flaky);
+  assert.equal(fr.attempts, 2);
+  assert.ok((await row(once)).delivery_started_at, "the type that is not replay-safe was marked started");
+  const { rows: settled } = await owner.query("SELECT coalesce(sum(completed), 0)::int AS n FROM pgoutbox.stream_settled WHERE queue = $1", [q]);
+  assert.equal(settled[0].n, 28, "28 effects delivered from the batch");
+  assert.deepEqual(w.errors, []);
+});
+
 test("routes each outcome like the Go engine", { timeout: 60_000 }, async () => {
   const q = await newQueue();
   const perm = await put(q, "perm", "p");
