@@ -22,6 +22,16 @@ type batchLease struct {
 	Attempt int
 }
 
+// batchQueues records queues' storage as batch, as a Client of them would.
+func (b *bundle) batchQueues(t *testing.T, queues ...string) {
+	t.Helper()
+	for _, q := range queues {
+		if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageBatch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // claimBatchAs runs pgoutbox.claim_batch as role (the owner when empty)
 // for the replay-safe types.
 func (b *bundle) claimBatchAs(t *testing.T, role, queue string, max int, types ...string) ([]batchLease, error) {
@@ -109,9 +119,7 @@ func (b *bundle) enqueueSQL(t *testing.T, queue string, pairs ...[2]string) []in
 func TestSQLBatchWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sb", pgoutbox.StorageBatch); err != nil {
-		t.Fatal(err)
-	}
+	b.batchQueues(t, "sb")
 	ids := b.enqueueSQL(t, "sb",
 		[2]string{"t", "a"}, [2]string{"t", "a"}, [2]string{"t", ""}, [2]string{"u", ""},
 		[2]string{"t", "b"}, [2]string{"t", ""}, [2]string{"u", "c"}, [2]string{"t", "c"})
@@ -211,9 +219,7 @@ func TestSQLBatchWorker(t *testing.T) {
 func TestSQLBatchWorkerPagesAndLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sp", pgoutbox.StorageBatch); err != nil {
-		t.Fatal(err)
-	}
+	b.batchQueues(t, "sp")
 	// Key h is held: its first effect is dead-lettered in the row storage.
 	held := b.enqueueSQL(t, "sp", [2]string{"t", "h"})
 	var pairs [][2]string
@@ -304,11 +310,7 @@ func TestSQLBatchWorkerPagesAndLeases(t *testing.T) {
 func TestSQLBatchWorkerRefusals(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, q := range []string{"sr", "other"} {
-		if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageBatch); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b.batchQueues(t, "sr", "other")
 	ids := b.enqueueSQL(t, "sr", [2]string{"t", "k"}, [2]string{"t", "k"}, [2]string{"t", ""})
 	b.enqueueSQL(t, "other", [2]string{"t", ""})
 	role := b.workerRole(t, "pgoutbox_bworker_test")

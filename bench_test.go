@@ -301,3 +301,114 @@ func BenchmarkEnqueuePaths(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSQLWorkerDrain drains pre-inserted effects the way a worker in
+// another language does, one connection calling the SQL API with a no-op
+// handler: pgoutbox.claim of 100 and a pgoutbox.complete per effect (what
+// the TypeScript Worker calls for a type that is not replay-safe, and for
+// every type before migration 00032), on a row storage queue and on a
+// batch queue (whose claim moves each effect into rows first); and
+// claim_batch of 100 with one settle_batch per page on a batch queue.
+// Reports effects/s and WAL bytes per effect, enqueue excluded (nothing is
+// asserted). Run: go test -run '^$' -bench SQLWorkerDrain -benchtime 1x .
+func BenchmarkSQLWorkerDrain(b *testing.B) {
+	n := 20_000
+	if v, err := strconv.Atoi(os.Getenv("PGOUTBOX_BENCH_N")); err == nil {
+		n = v
+	}
+	for _, mode := range []string{"rows,claim", "batch,claim", "batch,claim_batch"} {
+		b.Run(mode, func(b *testing.B) {
+			var total time.Duration
+			var wal float64
+			for range b.N {
+				b.StopTimer()
+				pool, _ := pgtest.NewPool(b)
+				bb := &bundle{pool: pool, ctx: context.Background()}
+				if mode != "rows,claim" {
+					if err := pgoutbox.SetStorage(bb.ctx, pool, "bulk", pgoutbox.StorageBatch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				effects := make([]pgoutbox.Effect, n)
+				for i := range effects {
+					effects[i] = pgoutbox.Effect{Queue: "bulk", Type: "noop", Key: strconv.Itoa(i), Payload: map[string]any{"pad": pad300}}
+				}
+				if err := enqueueAll(bb, effects); err != nil {
+					b.Fatal(err)
+				}
+				var lsn0 string
+				if err := pool.QueryRow(bb.ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn0); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				done := 0
+				for done < n {
+					got, err := sqlWorkerRound(bb, mode == "batch,claim_batch")
+					if err != nil {
+						b.Fatal(err)
+					}
+					if got == 0 {
+						b.Fatalf("nothing to claim after %d of %d", done, n)
+					}
+					done += got
+				}
+				total += time.Since(start)
+				b.StopTimer()
+				var bytes float64
+				if err := pool.QueryRow(bb.ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8`, lsn0).Scan(&bytes); err != nil {
+					b.Fatal(err)
+				}
+				wal += bytes
+			}
+			b.ReportMetric(float64(n*b.N)/total.Seconds(), "effects/s")
+			b.ReportMetric(wal/float64(n*b.N), "WAL-B/effect")
+		})
+	}
+}
+
+// sqlWorkerRound claims up to 100 effects of queue bulk through the SQL
+// API and records each as delivered, returning how many it delivered.
+func sqlWorkerRound(b *bundle, batch bool) (int, error) {
+	if batch {
+		rows, err := b.pool.Query(b.ctx, `SELECT batch_id, batch_token, through, id
+			FROM pgoutbox.claim_batch('bulk', 'bench', ARRAY['noop'], 100)`)
+		if err != nil {
+			return 0, err
+		}
+		var batchID, through, id int64
+		var token [16]byte
+		var ids []int64
+		if _, err := pgx.ForEachRow(rows, []any{&batchID, &token, &through, &id}, func() error {
+			ids = append(ids, id)
+			return nil
+		}); err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		_, err = b.pool.Exec(b.ctx, `SELECT pgoutbox.settle_batch('bulk', $1, $2, $3, 'bench', $4)`, batchID, token, through, ids)
+		return len(ids), err
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT id, lease_token, effect_type FROM pgoutbox.claim('bulk', 'bench', 100)`)
+	if err != nil {
+		return 0, err
+	}
+	type lease struct {
+		id    int64
+		token [16]byte
+		typ   string
+	}
+	var ls []lease
+	var l lease
+	if _, err := pgx.ForEachRow(rows, []any{&l.id, &l.token, &l.typ}, func() error {
+		ls = append(ls, l)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	for _, l := range ls {
+		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, l.id, l.token, l.typ); err != nil {
+			return 0, err
+		}
+	}
+	return len(ls), nil
+}

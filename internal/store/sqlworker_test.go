@@ -11,9 +11,9 @@ import (
 
 // The worker functions of migrations 00025 and 00032 run the engine's own
 // statements: each pgoutbox.work_* function's body is this package's
-// statement, verbatim (whitespace aside). A change to one of these statements needs a
-// new migration that replaces the function with the new text; until then
-// this test fails and names the function.
+// statement, verbatim (whitespace aside). A change to one of these
+// statements needs a new migration that replaces the function with the new
+// text; until then this test fails and names the function.
 func TestWorkerFunctionsRunTheEngineStatements(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewPool(t)
