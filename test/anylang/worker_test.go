@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgoutbox/pgoutbox"
 	"github.com/pgoutbox/pgoutbox/internal/pgtest"
@@ -51,7 +52,10 @@ func TestTypeScriptWorker(t *testing.T) {
 // second Node worker (no Go process runs) recovers them. The
 // non-replay-safe effect, marked started before its handler ran, goes to
 // reconciliation_required and is never delivered again; the replay-safe
-// one is delivered again and completes.
+// one is delivered again and completes. In batch storage the replay-safe
+// effect runs from its batch page (claim_batch, migration 00032): the
+// second worker's claim finds the page's lease expired and moves the
+// effect to the row storage with the attempt it may have had.
 func TestTypeScriptWorkerKilled(t *testing.T) {
 	node := tool(t, "node")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -61,11 +65,25 @@ func TestTypeScriptWorkerKilled(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE kill_deliveries (effect_id bigint NOT NULL, mode text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
+	for _, storage := range []pgoutbox.Storage{pgoutbox.StorageRows, pgoutbox.StorageBatch} {
+		t.Run(string(storage), func(t *testing.T) {
+			killedWorker(t, ctx, node, dir, pool, dsn, storage)
+		})
+	}
+}
+
+// killedWorker runs TestTypeScriptWorkerKilled on a queue of storage.
+func killedWorker(t *testing.T, ctx context.Context, node, dir string, pool *pgxpool.Pool, dsn string,
+	storage pgoutbox.Storage) {
+	queue := "kill-" + string(storage)
+	if err := pgoutbox.SetStorage(ctx, pool, queue, storage); err != nil {
+		t.Fatal(err)
+	}
 	var unsafe, safe int64
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		ids, err := pgoutbox.EnqueueBatch(ctx, tx, []pgoutbox.Effect{
-			{Queue: "kill", Type: "charge.create", Key: "c1"},
-			{Queue: "kill", Type: "record.upsert", Key: "r1"},
+			{Queue: queue, Type: "charge.create", Key: "c1"},
+			{Queue: queue, Type: "record.upsert", Key: "r1"},
 		})
 		if err == nil {
 			unsafe, safe = ids[0], ids[1]
@@ -78,7 +96,7 @@ func TestTypeScriptWorkerKilled(t *testing.T) {
 	start := func(mode string) (*exec.Cmd, *bufio.Scanner) {
 		cmd := exec.CommandContext(ctx, node, "test/kill-worker.mjs")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "QUEUE=kill", "MODE="+mode)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn, "QUEUE="+queue, "MODE="+mode)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -108,6 +126,9 @@ func TestTypeScriptWorkerKilled(t *testing.T) {
 	var started bool
 	if err := pool.QueryRow(ctx, `SELECT delivery_started_at IS NOT NULL FROM pgoutbox.effects WHERE id = $1 AND state = 'leased'`, unsafe).Scan(&started); err != nil || !started {
 		t.Fatalf("the killed delivery of effect %d: started %t, %v; want leased and marked started", unsafe, started, err)
+	}
+	if n := pgtest.Scalar(t, ctx, pool, `SELECT count(*) FROM pgoutbox.effects WHERE id = $1`, safe); storage == pgoutbox.StorageBatch && n != 0 {
+		t.Fatalf("the replay-safe effect %d has a row while its page runs: want it delivered from the batch", safe)
 	}
 
 	// A second worker recovers the expired leases.
@@ -151,6 +172,13 @@ func TestTypeScriptWorkerKilled(t *testing.T) {
 	var attempts int
 	if err := pool.QueryRow(ctx, `SELECT attempts FROM pgoutbox.effects WHERE id = $1`, safe).Scan(&attempts); err != nil || attempts != 2 {
 		t.Errorf("the replay-safe effect's attempts: %d, %v; want 2", attempts, err)
+	}
+	if storage == pgoutbox.StorageBatch {
+		var first string
+		if err := pool.QueryRow(ctx, `SELECT coalesce(error, '') FROM pgoutbox.effect_attempts WHERE effect_id = $1 AND attempt = 1`,
+			safe).Scan(&first); err != nil || !strings.Contains(first, "batch lease expired") {
+			t.Errorf("the replay-safe effect's first attempt: %q, %v; want the expired batch lease", first, err)
+		}
 	}
 }
 
