@@ -432,3 +432,68 @@ func TestSQLBatchWorkerRefusals(t *testing.T) {
 		t.Errorf("%d rows in pgoutbox.effects after the settle, want 1 (the key's second)", n)
 	}
 }
+
+// TestSQLBatchWorkerKeepsKeyOrder: a key's head that fails in its batch
+// page holds the key's later effects, in later pages, until it is
+// delivered: they are not returned by claim_batch but moved behind it, and
+// the row claim delivers the key in order.
+func TestSQLBatchWorkerKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.batchQueues(t, "so")
+	var pairs [][2]string
+	for range 3 {
+		pairs = append(pairs, [2]string{"t", "k"}, [2]string{"t", ""})
+	}
+	ids := b.enqueueSQL(t, "so", pairs...)
+	var fromBatch []int64
+	for page := 0; ; page++ {
+		if page > 10 {
+			t.Fatal("no end after 10 pages")
+		}
+		leases, err := b.claimBatchAs(t, "", "so", 2, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(leases) == 0 {
+			break
+		}
+		failed := map[int64]string{}
+		for _, l := range leases {
+			fromBatch = append(fromBatch, l.ID)
+			if l.ID == ids[0] {
+				failed[l.ID] = "retry"
+			}
+		}
+		if !b.settleBatch(t, "so", leases, failed) {
+			t.Fatal("settle: lease lost")
+		}
+	}
+	if want := []int64{ids[0], ids[1], ids[3], ids[5]}; !slices.Equal(fromBatch, want) {
+		t.Fatalf("claim_batch returned %v, want %v: the key's later effects wait behind its failed head", fromBatch, want)
+	}
+	// The head's backoff over, the row claim delivers the key in order.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET available_at = now() WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	var order []int64
+	for range 5 {
+		ls, err := b.claimAs(t, "", "so", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) == 0 {
+			break
+		}
+		if len(ls) != 1 {
+			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
+		}
+		order = append(order, ls[0].ID)
+		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int64{ids[0], ids[2], ids[4]}; !slices.Equal(order, want) {
+		t.Errorf("the key was delivered in order %v, want %v", order, want)
+	}
+}
