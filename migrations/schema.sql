@@ -961,14 +961,15 @@ CREATE FUNCTION pgoutbox.may_hold_credential_key(s text) RETURNS boolean
 $$;
 
 CREATE FUNCTION pgoutbox.may_work(p_role name, p_queue text) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-    SELECT has_table_privilege(p_role, 'pgoutbox.effects', 'UPDATE')
+    AS $$BEGIN
+RETURN (
+SELECT has_table_privilege(p_role, 'pgoutbox.effects', 'UPDATE')
         OR EXISTS (
             SELECT FROM pgoutbox.work_grants g JOIN pg_roles r ON r.rolname = g.grantee
-            WHERE g.queue = p_queue AND pg_has_role(p_role, r.oid, 'USAGE'))
-$$;
+            WHERE g.queue = p_queue AND pg_has_role(p_role, r.oid, 'USAGE')));
+END;$$;
 
 CREATE FUNCTION pgoutbox.notify_at_commit() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1551,10 +1552,11 @@ COMMENT ON COLUMN pgoutbox.stream_batches.type_names IS 'The effect types of the
 COMMENT ON COLUMN pgoutbox.stream_batches.slot_lo IS 'The batch''s lane: the stream rows whose slot is between slot_lo and slot_hi (migration 00031).';
 
 CREATE FUNCTION pgoutbox.stream_next_batch(p_queue text) RETURNS SETOF pgoutbox.stream_batches
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-    SELECT b.* FROM pgoutbox.stream_batches b
+    AS $$BEGIN
+RETURN QUERY
+SELECT b.* FROM pgoutbox.stream_batches b
     WHERE b.queue = p_queue AND b.done_at IS NULL
       AND (b.lease_token IS NULL OR b.lease_expires_at < now())
       AND NOT EXISTS (
@@ -1563,8 +1565,8 @@ CREATE FUNCTION pgoutbox.stream_next_batch(p_queue text) RETURNS SETOF pgoutbox.
           AND x.slot_lo <= b.slot_hi AND b.slot_lo <= x.slot_hi)
     ORDER BY b.id
     LIMIT 1
-    FOR UPDATE OF b SKIP LOCKED
-$$;
+    FOR UPDATE OF b SKIP LOCKED;
+END;$$;
 
 CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer) RETURNS SETOF pgoutbox.stream
     LANGUAGE sql STABLE
@@ -1597,11 +1599,14 @@ CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigi
 $$;
 
 CREATE FUNCTION pgoutbox.stream_page_of(b pgoutbox.stream_batches, p_through bigint, p_limit integer) RETURNS pgoutbox.stream[]
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT coalesce(array_agg(p ORDER BY p.id), '{}')
-    FROM pgoutbox.stream_page(b.queue, b.done_through, p_through, b.snap, b.prev_snap, p_limit, b.slot_lo, b.slot_hi) p
+BEGIN
+    RETURN (SELECT coalesce(array_agg(p ORDER BY p.id), '{}')
+        FROM pgoutbox.stream_page(b.queue, b.done_through, p_through, b.snap, b.prev_snap, p_limit, b.slot_lo,
+            b.slot_hi) p);
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.stream_passed(p_names text[], p_passed bigint[], p_add_names text[], p_add bigint[]) RETURNS bigint[]
@@ -1809,9 +1814,11 @@ END;
 $$;
 
 CREATE FUNCTION pgoutbox.work_claim_batch(text, text, double precision) RETURNS TABLE(r_id bigint, r_snap text, r_prev_snap text, r_min_id bigint, r_max_id bigint, r_effects bigint, r_done_through bigint, r_token uuid, r_relet boolean, r_slot_lo smallint, r_slot_hi smallint)
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
+RETURN QUERY
 WITH head AS (
     SELECT b.id, b.lease_token IS NOT NULL AS relet FROM pgoutbox.stream_next_batch($1) b
     WHERE NOT EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = $1)
@@ -1821,7 +1828,8 @@ FROM head
 WHERE b.queue = $1 AND b.id = head.id AND b.done_at IS NULL
   AND (b.lease_token IS NULL OR b.lease_expires_at < now())
 RETURNING b.id, b.snap::text, b.prev_snap::text, b.min_id, b.max_id, b.effects, b.done_through, b.lease_token,
-    head.relet, b.slot_lo, b.slot_hi
+    head.relet, b.slot_lo, b.slot_hi;
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_claim_rows(text, integer, text, double precision, integer) RETURNS TABLE(r_id bigint, r_queue text, r_effect_type text, r_key text, r_payload jsonb, r_attempts integer, r_max_attempts integer, r_token uuid, r_created_at timestamp with time zone, r_latency double precision, r_delivery_started_at timestamp with time zone, r_ordering_key text, r_traceparent text)
@@ -1883,12 +1891,15 @@ SELECT d.id, f.token, f.effect_type, d.lag FROM done d JOIN fenced f ON f.id = d
 $_$;
 
 CREATE FUNCTION pgoutbox.work_extend_batch(text, bigint, uuid, double precision) RETURNS SETOF bigint
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
+RETURN QUERY
 UPDATE pgoutbox.stream_batches SET lease_expires_at = now() + make_interval(secs => $4)
 WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL
-RETURNING id
+RETURNING id;
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_extend_rows(bigint[], uuid[], text[], double precision) RETURNS TABLE(r_id bigint, r_token uuid, r_effect_type text)
@@ -1952,9 +1963,11 @@ RETURNING e.state::text
 $_$;
 
 CREATE FUNCTION pgoutbox.work_held_keys(text, text[]) RETURNS SETOF text
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
+RETURN QUERY
 SELECT k FROM unnest($2::text[]) AS k
 WHERE EXISTS (
     SELECT 1 FROM pgoutbox.effects p
@@ -1964,13 +1977,15 @@ WHERE EXISTS (
          WHERE c.queue = p.queue AND c.effect_type = p.effect_type),
         (SELECT t.dead_letter_moves_on FROM pgoutbox.ordering_types t
          WHERE t.effect_type = p.effect_type),
-        false)))
+        false)));
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_move_rows(bigint[], text[], integer[], double precision[], text[], text, text, uuid[], double precision[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
 WITH input AS (
     SELECT m.* FROM unnest($1::bigint[], $2::text[], $3::int[], $4::float8[], $5::text[], $8::uuid[], $9::float8[])
         AS m(id, state, attempts, delay_s, error, token, lease_s)
@@ -1997,15 +2012,18 @@ INSERT INTO pgoutbox.effect_attempts (effect_id, attempt, outcome, error, worker
 SELECT i.id, i.attempts, CASE WHEN i.state = 'available' THEN 'retrying' ELSE i.state END, left(i.error, 2000),
     left($6, 256)
 FROM input i JOIN moved m ON m.id = i.id
-WHERE i.attempts > 0 AND i.state <> 'leased'
+WHERE i.attempts > 0 AND i.state <> 'leased';
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_page_settled(text, text[], bigint[], double precision[], double precision[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
 INSERT INTO pgoutbox.stream_settled (queue, effect_type, completed, lag_p50, lag_p99)
-SELECT $1, t.* FROM unnest($2::text[], $3::bigint[], $4::float8[], $5::float8[]) AS t
+SELECT $1, t.* FROM unnest($2::text[], $3::bigint[], $4::float8[], $5::float8[]) AS t;
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_refuse_bound(p_bad boolean, p_column text, p_message text) RETURNS void
@@ -2063,24 +2081,30 @@ END;
 $$;
 
 CREATE FUNCTION pgoutbox.work_release_batch(text, bigint, uuid) RETURNS SETOF bigint
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
+RETURN QUERY
 UPDATE pgoutbox.stream_batches SET lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL
 WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL
-RETURNING id
+RETURNING id;
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_settle_batch_row(text, bigint, uuid, bigint, boolean, text[], bigint[]) RETURNS SETOF bigint
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+BEGIN
+RETURN QUERY
 UPDATE pgoutbox.stream_batches
     lease_token = CASE WHEN $5 THEN NULL ELSE lease_token END,
     lease_expires_at = CASE WHEN $5 THEN NULL ELSE lease_expires_at END,
     type_passed = pgoutbox.stream_passed(type_names, type_passed, $6::text[], $7::bigint[])
 WHERE queue = $1 AND id = $2 AND lease_token = $3 AND done_at IS NULL
-RETURNING id
+RETURNING id;
+END;
 $_$;
 
 CREATE FUNCTION pgoutbox.work_start_row(bigint, uuid, text) RETURNS SETOF bigint
