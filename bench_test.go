@@ -308,7 +308,8 @@ func BenchmarkEnqueuePaths(b *testing.B) {
 // the TypeScript Worker calls for a type that is not replay-safe, and for
 // every type before migration 00032), on a row storage queue and on a
 // batch queue (whose claim moves each effect into rows first); and
-// claim_batch of 100 with one settle_batch per page on a batch queue.
+// claim_batch of 100 (and of 10, the TypeScript Worker's page at its
+// default concurrency) with one settle_batch per page on a batch queue.
 // Reports effects/s and WAL bytes per effect, enqueue excluded (nothing is
 // asserted). Run: go test -run '^$' -bench SQLWorkerDrain -benchtime 1x .
 func BenchmarkSQLWorkerDrain(b *testing.B) {
@@ -316,7 +317,7 @@ func BenchmarkSQLWorkerDrain(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("PGOUTBOX_BENCH_N")); err == nil {
 		n = v
 	}
-	for _, mode := range []string{"rows,claim", "batch,claim", "batch,claim_batch"} {
+	for _, mode := range []string{"rows,claim", "batch,claim", "batch,claim_batch", "batch,claim_batch=10"} {
 		b.Run(mode, func(b *testing.B) {
 			var total time.Duration
 			var wal float64
@@ -344,7 +345,8 @@ func BenchmarkSQLWorkerDrain(b *testing.B) {
 				start := time.Now()
 				done := 0
 				for done < n {
-					got, err := sqlWorkerRound(bb, mode == "batch,claim_batch")
+					page := map[string]int{"batch,claim_batch": 100, "batch,claim_batch=10": 10}[mode]
+					got, err := sqlWorkerRound(bb, page)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -367,12 +369,14 @@ func BenchmarkSQLWorkerDrain(b *testing.B) {
 	}
 }
 
-// sqlWorkerRound claims up to 100 effects of queue bulk through the SQL
-// API and records each as delivered, returning how many it delivered.
-func sqlWorkerRound(b *bundle, batch bool) (int, error) {
-	if batch {
+// sqlWorkerRound claims effects of queue bulk through the SQL API and
+// records each as delivered, returning how many it delivered: a page of
+// claim_batch (page effects at most) and one settle_batch, or (page 0) up
+// to 100 with pgoutbox.claim and a complete per effect.
+func sqlWorkerRound(b *bundle, page int) (int, error) {
+	if page > 0 {
 		rows, err := b.pool.Query(b.ctx, `SELECT batch_id, batch_token, through, id
-			FROM pgoutbox.claim_batch('bulk', 'bench', ARRAY['noop'], 100)`)
+			FROM pgoutbox.claim_batch('bulk', 'bench', ARRAY['noop'], $1)`, page)
 		if err != nil {
 			return 0, err
 		}
