@@ -1,7 +1,6 @@
 package pgoutbox_test
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -39,27 +38,16 @@ func TestBatchStorageSQLWorker(t *testing.T) {
 	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sw", pgoutbox.StorageBatch); err != nil {
 		t.Fatal(err)
 	}
-	enqueue := func(round int) []int64 {
+	// Six effects in one transaction, keyed a, b and none in turn.
+	enqueue := func() []int64 {
 		t.Helper()
-		var ids []int64
-		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			for i := range 6 {
-				okey := []string{"a", "b", ""}[i%3]
-				var id int64
-				if err := tx.QueryRow(b.ctx, `SELECT pgoutbox.enqueue('sw', 't', $1, ordering_key => nullif($2, ''))`,
-					fmt.Sprintf("r%d-%d", round, i), okey).Scan(&id); err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+		var pairs [][2]string
+		for i := range 6 {
+			pairs = append(pairs, [2]string{"t", []string{"a", "b", ""}[i%3]})
 		}
-		return ids
+		return b.enqueueSQL(t, "sw", pairs...)
 	}
-	want := enqueue(1)
+	want := enqueue()
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE queue = 'sw'`); n != 6 {
 		t.Fatalf("%d stream rows after the SQL enqueue, want 6", n)
 	}
@@ -89,7 +77,7 @@ func TestBatchStorageSQLWorker(t *testing.T) {
 	}
 	for round := 0; ; round++ {
 		if round == 1 {
-			more := enqueue(2)
+			more := enqueue()
 			want = append(want, more...)
 			for i, id := range more {
 				okeys[id] = []string{"a", "b", ""}[i%3]
