@@ -396,21 +396,16 @@ func sqlWorkerRound(b *bundle, page int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	type lease struct {
-		id    int64
-		token [16]byte
-		typ   string
-	}
-	var ls []lease
-	var l lease
-	if _, err := pgx.ForEachRow(rows, []any{&l.id, &l.token, &l.typ}, func() error {
+	var ls []sqlLease
+	var l sqlLease
+	if _, err := pgx.ForEachRow(rows, []any{&l.ID, &l.Token, &l.Type}, func() error {
 		ls = append(ls, l)
 		return nil
 	}); err != nil {
 		return 0, err
 	}
 	for _, l := range ls {
-		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, l.id, l.token, l.typ); err != nil {
+		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, l.ID, l.Token, l.Type); err != nil {
 			return 0, err
 		}
 	}

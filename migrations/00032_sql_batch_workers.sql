@@ -287,6 +287,24 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- stream_page_firsts is the ids of p_page (a page, in id order) that may
+-- run from the batch by their place in it: the first of their ordering
+-- key, or without one. claim_batch returns only these, and settle_batch
+-- accepts only these.
+-- +goose StatementBegin
+CREATE FUNCTION pgoutbox.stream_page_firsts(p_page pgoutbox.stream[]) RETURNS bigint[]
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(f.id ORDER BY f.id), '{}')
+        FROM (SELECT p.id, p.ordering_key, row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
+              FROM unnest(p_page) p) f
+        WHERE f.ordering_key IS NULL OR f.rn = 1);
+END;
+$$;
+-- +goose StatementEnd
+
 -- claim_batch leases queue's next batch for worker and returns the
 -- effects of its next page (at most max_effects) that the caller delivers
 -- from the batch: of effect_types (replay-safe: a consumer that dies
@@ -308,12 +326,15 @@ AS $$
 #variable_conflict use_column
 DECLARE
     b         pgoutbox.stream_batches;
-    c         record;
+    v_id      bigint;
+    v_relet   boolean;
     v_page    pgoutbox.stream[];
     v_through bigint;
     v_held    text[];
     v_run     bigint[];
     v_tried   bigint[];
+    v_firsts  bigint[];
+    v_n       integer;
     v_ticked  boolean := false;
     v_pages   integer := 0;
 BEGIN
@@ -332,10 +353,9 @@ BEGIN
         RETURN;
     END IF;
     WHILE v_pages < 4 LOOP
-        SELECT c0.r_id, c0.r_snap, c0.r_prev_snap, c0.r_min_id, c0.r_max_id, c0.r_effects, c0.r_done_through,
-            c0.r_token, c0.r_relet, c0.r_slot_lo, c0.r_slot_hi INTO c
+        SELECT c.r_id, c.r_relet INTO v_id, v_relet
         FROM pgoutbox.work_claim_batch(claim_batch.queue, claim_batch.worker,
-            extract(epoch FROM claim_batch.lease)::float8) c0;
+            extract(epoch FROM claim_batch.lease)::float8) c;
         IF NOT FOUND THEN
             -- None to lease: tick once (a closed batch per lane), as the
             -- Go Client does, and try again.
@@ -347,36 +367,34 @@ BEGIN
             CONTINUE;
         END IF;
         v_pages := v_pages + 1;
-        SELECT x.* INTO b FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.id = c.r_id;
+        SELECT x.* INTO b FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.id = v_id;
         v_page := pgoutbox.stream_page_of(b, b.max_id, claim_batch.max_effects);
         v_through := CASE WHEN cardinality(v_page) < claim_batch.max_effects THEN b.max_id
             ELSE v_page[cardinality(v_page)].id END;
+        v_firsts := pgoutbox.stream_page_firsts(v_page);
         SELECT array_agg(DISTINCT k) INTO v_held
         FROM pgoutbox.work_held_keys(claim_batch.queue,
             ARRAY(SELECT DISTINCT p.ordering_key FROM unnest(v_page) p WHERE p.ordering_key IS NOT NULL)) k;
         -- The first of each ordering key in the page, of the caller's
-        -- types, due.
-        SELECT array_agg(f.id) FILTER (WHERE f.ordering_key IS NULL OR f.ordering_key <> ALL(coalesce(v_held, '{}'))),
-            array_agg(f.id)
+        -- types, due (tried); of those, the ones whose key nothing holds
+        -- (run).
+        SELECT array_agg(p.id) FILTER (WHERE p.ordering_key IS NULL OR p.ordering_key <> ALL(coalesce(v_held, '{}'))),
+            array_agg(p.id)
         INTO v_run, v_tried
-        FROM (
-            SELECT p.id, p.ordering_key, p.effect_type, p.available_at,
-                row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
-            FROM unnest(v_page) p) f
-        WHERE (f.ordering_key IS NULL OR f.rn = 1) AND f.effect_type = ANY(claim_batch.effect_types)
-          AND f.available_at <= now();
-        IF c.r_relet THEN
+        FROM unnest(v_page) p
+        WHERE p.id = ANY(v_firsts) AND p.effect_type = ANY(claim_batch.effect_types)
+          AND p.available_at <= now();
+        IF v_relet THEN
             -- The former holder let the lease expire: it may have died
             -- delivering one of these. Each moves to the row storage,
             -- where a durable lease counts every attempt; the ones that
             -- may have run have that attempt recorded (Go's deliverPage).
+            v_n := coalesce(cardinality(v_tried), 0);
             PERFORM pgoutbox.stream_settle_page(claim_batch.queue, b.id, b.lease_token, v_through, v_through = b.max_id,
-                claim_batch.worker, v_page, '{}', coalesce(v_tried, '{}'),
-                array_fill('available'::text, ARRAY[coalesce(cardinality(v_tried), 0)]),
-                array_fill(1, ARRAY[coalesce(cardinality(v_tried), 0)]),
-                array_fill(0::float8, ARRAY[coalesce(cardinality(v_tried), 0)]),
+                claim_batch.worker, v_page, '{}', coalesce(v_tried, '{}'), array_fill('available'::text, ARRAY[v_n]),
+                array_fill(1, ARRAY[v_n]), array_fill(0::float8, ARRAY[v_n]),
                 array_fill('the batch lease expired before this page was settled; delivered again under a durable lease'::text,
-                    ARRAY[coalesce(cardinality(v_tried), 0)]));
+                    ARRAY[v_n]));
             CONTINUE;
         END IF;
         IF v_run IS NULL THEN
@@ -421,6 +439,7 @@ DECLARE
     v_states text[];
     v_tries  integer[];
     v_delays float8[];
+    v_firsts bigint[];
     v_bad    bigint;
 BEGIN
     PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), settle_batch.queue);
@@ -460,11 +479,9 @@ BEGIN
     v_page := pgoutbox.stream_page_of(b, settle_batch.through, 1001);
     PERFORM pgoutbox.work_refuse_bound(cardinality(v_page) > 1000, 'through',
         'spans more than 1000 effects: settle the page claim_batch returned');
+    v_firsts := pgoutbox.stream_page_firsts(v_page);
     SELECT x INTO v_bad FROM unnest(settle_batch.delivered || settle_batch.failed) x
-    WHERE NOT EXISTS (
-        SELECT FROM (SELECT p.id, p.ordering_key, row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
-                     FROM unnest(v_page) p) f
-        WHERE f.id = x AND (f.ordering_key IS NULL OR f.rn = 1))
+    WHERE x <> ALL(v_firsts)
     LIMIT 1;
     PERFORM pgoutbox.work_refuse_bound(v_bad IS NOT NULL, 'delivered',
         format('names effect %s, which is not one claim_batch returned for this page', v_bad));
@@ -585,6 +602,7 @@ REVOKE EXECUTE ON FUNCTION pgoutbox.work_extend_batch(text, bigint, uuid, float8
 REVOKE EXECUTE ON FUNCTION pgoutbox.stream_settle_page(text, bigint, uuid, bigint, boolean, text, pgoutbox.stream[],
     bigint[], bigint[], text[], integer[], float8[], text[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.stream_page_of(pgoutbox.stream_batches, bigint, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgoutbox.stream_page_firsts(pgoutbox.stream[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.claim_batch(text, text, text[], integer, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.settle_batch(text, bigint, uuid, bigint, text, bigint[], bigint[], text[], text[],
     interval[], interval) FROM PUBLIC;
@@ -671,6 +689,7 @@ DROP FUNCTION pgoutbox.extend_batch(text, bigint, uuid, interval);
 DROP FUNCTION pgoutbox.settle_batch(text, bigint, uuid, bigint, text, bigint[], bigint[], text[], text[], interval[],
     interval);
 DROP FUNCTION pgoutbox.claim_batch(text, text, text[], integer, interval);
+DROP FUNCTION pgoutbox.stream_page_firsts(pgoutbox.stream[]);
 DROP FUNCTION pgoutbox.stream_page_of(pgoutbox.stream_batches, bigint, integer);
 DROP FUNCTION pgoutbox.stream_settle_page(text, bigint, uuid, bigint, boolean, text, pgoutbox.stream[], bigint[],
     bigint[], text[], integer[], float8[], text[]);

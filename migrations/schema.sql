@@ -42,12 +42,15 @@ CREATE FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[
 #variable_conflict use_column
 DECLARE
     b         pgoutbox.stream_batches;
-    c         record;
+    v_id      bigint;
+    v_relet   boolean;
     v_page    pgoutbox.stream[];
     v_through bigint;
     v_held    text[];
     v_run     bigint[];
     v_tried   bigint[];
+    v_firsts  bigint[];
+    v_n       integer;
     v_ticked  boolean := false;
     v_pages   integer := 0;
 BEGIN
@@ -66,10 +69,9 @@ BEGIN
         RETURN;
     END IF;
     WHILE v_pages < 4 LOOP
-        SELECT c0.r_id, c0.r_snap, c0.r_prev_snap, c0.r_min_id, c0.r_max_id, c0.r_effects, c0.r_done_through,
-            c0.r_token, c0.r_relet, c0.r_slot_lo, c0.r_slot_hi INTO c
+        SELECT c.r_id, c.r_relet INTO v_id, v_relet
         FROM pgoutbox.work_claim_batch(claim_batch.queue, claim_batch.worker,
-            extract(epoch FROM claim_batch.lease)::float8) c0;
+            extract(epoch FROM claim_batch.lease)::float8) c;
         IF NOT FOUND THEN
             -- None to lease: tick once (a closed batch per lane), as the
             -- Go Client does, and try again.
@@ -81,36 +83,34 @@ BEGIN
             CONTINUE;
         END IF;
         v_pages := v_pages + 1;
-        SELECT x.* INTO b FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.id = c.r_id;
+        SELECT x.* INTO b FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.id = v_id;
         v_page := pgoutbox.stream_page_of(b, b.max_id, claim_batch.max_effects);
         v_through := CASE WHEN cardinality(v_page) < claim_batch.max_effects THEN b.max_id
             ELSE v_page[cardinality(v_page)].id END;
+        v_firsts := pgoutbox.stream_page_firsts(v_page);
         SELECT array_agg(DISTINCT k) INTO v_held
         FROM pgoutbox.work_held_keys(claim_batch.queue,
             ARRAY(SELECT DISTINCT p.ordering_key FROM unnest(v_page) p WHERE p.ordering_key IS NOT NULL)) k;
         -- The first of each ordering key in the page, of the caller's
-        -- types, due.
-        SELECT array_agg(f.id) FILTER (WHERE f.ordering_key IS NULL OR f.ordering_key <> ALL(coalesce(v_held, '{}'))),
-            array_agg(f.id)
+        -- types, due (tried); of those, the ones whose key nothing holds
+        -- (run).
+        SELECT array_agg(p.id) FILTER (WHERE p.ordering_key IS NULL OR p.ordering_key <> ALL(coalesce(v_held, '{}'))),
+            array_agg(p.id)
         INTO v_run, v_tried
-        FROM (
-            SELECT p.id, p.ordering_key, p.effect_type, p.available_at,
-                row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
-            FROM unnest(v_page) p) f
-        WHERE (f.ordering_key IS NULL OR f.rn = 1) AND f.effect_type = ANY(claim_batch.effect_types)
-          AND f.available_at <= now();
-        IF c.r_relet THEN
+        FROM unnest(v_page) p
+        WHERE p.id = ANY(v_firsts) AND p.effect_type = ANY(claim_batch.effect_types)
+          AND p.available_at <= now();
+        IF v_relet THEN
             -- The former holder let the lease expire: it may have died
             -- delivering one of these. Each moves to the row storage,
             -- where a durable lease counts every attempt; the ones that
             -- may have run have that attempt recorded (Go's deliverPage).
+            v_n := coalesce(cardinality(v_tried), 0);
             PERFORM pgoutbox.stream_settle_page(claim_batch.queue, b.id, b.lease_token, v_through, v_through = b.max_id,
-                claim_batch.worker, v_page, '{}', coalesce(v_tried, '{}'),
-                array_fill('available'::text, ARRAY[coalesce(cardinality(v_tried), 0)]),
-                array_fill(1, ARRAY[coalesce(cardinality(v_tried), 0)]),
-                array_fill(0::float8, ARRAY[coalesce(cardinality(v_tried), 0)]),
+                claim_batch.worker, v_page, '{}', coalesce(v_tried, '{}'), array_fill('available'::text, ARRAY[v_n]),
+                array_fill(1, ARRAY[v_n]), array_fill(0::float8, ARRAY[v_n]),
                 array_fill('the batch lease expired before this page was settled; delivered again under a durable lease'::text,
-                    ARRAY[coalesce(cardinality(v_tried), 0)]));
+                    ARRAY[v_n]));
             CONTINUE;
         END IF;
         IF v_run IS NULL THEN
@@ -1319,6 +1319,7 @@ DECLARE
     v_states text[];
     v_tries  integer[];
     v_delays float8[];
+    v_firsts bigint[];
     v_bad    bigint;
 BEGIN
     PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), settle_batch.queue);
@@ -1358,11 +1359,9 @@ BEGIN
     v_page := pgoutbox.stream_page_of(b, settle_batch.through, 1001);
     PERFORM pgoutbox.work_refuse_bound(cardinality(v_page) > 1000, 'through',
         'spans more than 1000 effects: settle the page claim_batch returned');
+    v_firsts := pgoutbox.stream_page_firsts(v_page);
     SELECT x INTO v_bad FROM unnest(settle_batch.delivered || settle_batch.failed) x
-    WHERE NOT EXISTS (
-        SELECT FROM (SELECT p.id, p.ordering_key, row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
-                     FROM unnest(v_page) p) f
-        WHERE f.id = x AND (f.ordering_key IS NULL OR f.rn = 1))
+    WHERE x <> ALL(v_firsts)
     LIMIT 1;
     PERFORM pgoutbox.work_refuse_bound(v_bad IS NOT NULL, 'delivered',
         format('names effect %s, which is not one claim_batch returned for this page', v_bad));
@@ -1596,6 +1595,18 @@ CREATE FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigi
       AND (p_prev IS NULL OR NOT pg_visible_in_snapshot(s.xid, p_prev))
     ORDER BY s.id
     LIMIT p_limit
+$$;
+
+CREATE FUNCTION pgoutbox.stream_page_firsts(p_page pgoutbox.stream[]) RETURNS bigint[]
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(f.id ORDER BY f.id), '{}')
+        FROM (SELECT p.id, p.ordering_key, row_number() OVER (PARTITION BY p.ordering_key ORDER BY p.id) AS rn
+              FROM unnest(p_page) p) f
+        WHERE f.ordering_key IS NULL OR f.rn = 1);
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.stream_page_of(b pgoutbox.stream_batches, p_through bigint, p_limit integer) RETURNS pgoutbox.stream[]
@@ -2832,6 +2843,8 @@ REVOKE ALL ON FUNCTION pgoutbox.stream_next_batch(p_queue text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_page(p_queue text, p_after bigint, p_max_id bigint, p_snap pg_snapshot, p_prev pg_snapshot, p_limit integer, p_slot_lo smallint, p_slot_hi smallint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_page_firsts(p_page pgoutbox.stream[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_page_of(b pgoutbox.stream_batches, p_through bigint, p_limit integer) FROM PUBLIC;
 
