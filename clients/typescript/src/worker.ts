@@ -413,15 +413,7 @@ export class Worker {
         await this.types[d.type].handler(d);
         if (!page.over) page.delivered.push(d.id);
       } catch (err) {
-        const herr = err ?? new Error("handler threw a nullish value");
-        let outcome: Outcome = "retry";
-        let after: string | null = null;
-        if (herr instanceof OutcomeError) {
-          outcome = herr.outcome;
-          if (outcome === "retry_after") after = `${herr.afterMs} milliseconds`;
-        }
-        const error = (herr instanceof Error ? herr.message : String(herr)).slice(0, 2000);
-        if (!page.over) page.failed.push({ id: d.id, outcome, error, after });
+        if (!page.over) page.failed.push({ id: d.id, ...classify(err ?? new Error("handler threw a nullish value"), true) });
       } finally {
         page.running.delete(d.id);
       }
@@ -496,17 +488,11 @@ export class Worker {
       await this.call("complete", () => this.pool.query("SELECT pgoutbox.complete($1::bigint, $2::uuid, $3) AS ok", fence));
       return;
     }
-    let outcome: Outcome = replaySafe ? "retry" : "ambiguous";
-    let after: string | null = null;
-    if (herr instanceof OutcomeError) {
-      outcome = herr.outcome;
-      if (outcome === "retry_after") after = `${herr.afterMs} milliseconds`;
-    }
-    const msg = (herr instanceof Error ? herr.message : String(herr)).slice(0, 2000);
+    const { outcome, after, error } = classify(herr, replaySafe);
     await this.call("fail", () =>
       this.pool.query(
         "SELECT pgoutbox.fail($1::bigint, $2::uuid, $3, $4, $5, $6, $7::interval, $8::interval) AS state",
-        [...fence, outcome, msg, replaySafe, after, `${this.backoffCapMs} milliseconds`],
+        [...fence, outcome, error, replaySafe, after, `${this.backoffCapMs} milliseconds`],
       ),
     );
   }
@@ -559,6 +545,21 @@ export class Worker {
       return undefined;
     }
   }
+}
+
+/**
+ * The outcome, retry_after interval and recorded error text of a handler's
+ * failure herr (Go's classify): an {@link OutcomeError}'s own outcome, any
+ * other error a retry for a replay-safe type and ambiguous for the others.
+ */
+function classify(herr: unknown, replaySafe: boolean): { outcome: Outcome; after: string | null; error: string } {
+  let outcome: Outcome = replaySafe ? "retry" : "ambiguous";
+  let after: string | null = null;
+  if (herr instanceof OutcomeError) {
+    outcome = herr.outcome;
+    if (outcome === "retry_after") after = `${herr.afterMs} milliseconds`;
+  }
+  return { outcome, after, error: (herr instanceof Error ? herr.message : String(herr)).slice(0, 2000) };
 }
 
 function bounded(name: string, v: number, min: number, max: number): number {
