@@ -365,16 +365,7 @@ func TestSQLBatchWorkerRefusals(t *testing.T) {
 		refused("OB001", role, bad)
 	}
 
-	var page []batchLease
-	err := b.asRole(role, func(tx pgx.Tx) error {
-		rows, err := tx.Query(b.ctx, `SELECT batch_id, batch_token, through, id FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'])`)
-		if err != nil {
-			return err
-		}
-		var l batchLease
-		_, err = pgx.ForEachRow(rows, []any{&l.Batch, &l.Token, &l.Through, &l.ID}, func() error { page = append(page, l); return nil })
-		return err
-	})
+	page, err := b.claimBatchAs(t, role, "sr", 100, "t")
 	if err != nil || len(page) != 2 || page[0].ID != ids[0] || page[1].ID != ids[2] {
 		t.Fatalf("the granted role's claim_batch: %v, %v; want effects %d and %d", page, err, ids[0], ids[2])
 	}
