@@ -137,9 +137,11 @@ func killedWorker(t *testing.T, ctx context.Context, node, dir string, pool *pgx
 		_ = second.Process.Signal(syscall.SIGTERM)
 		_ = second.Wait()
 	}()
+	// pgoutbox.effect_states: in batch storage the replay-safe effect has
+	// no row until the second worker takes its page over.
 	state := func(id int64) string {
 		var s string
-		if err := pool.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effects WHERE id = $1`, id).Scan(&s); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT state::text FROM pgoutbox.effect_states WHERE id = $1`, id).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		return s
