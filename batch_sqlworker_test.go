@@ -342,6 +342,7 @@ func TestSQLBatchWorkerRefusals(t *testing.T) {
 	refused("42501", role, `SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'])`)
 	refused("42501", role, `SELECT pgoutbox.settle_batch('sr', 1, $1, 1, 'w1', '{}')`, fake)
 	refused("42501", role, `SELECT pgoutbox.extend_batch('sr', 1, $1)`, fake)
+	refused("42501", role, `SELECT * FROM pgoutbox.settle_page('sr', 1, $1, 1, 'w1', '{}', running => '{1}')`, fake)
 	enq := b.tempRole(t, "pgoutbox_benq_test")
 	refused("42501", enq, `SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'])`)
 	if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.grant_work($1, 'sr')`, role); err != nil {
@@ -351,6 +352,8 @@ func TestSQLBatchWorkerRefusals(t *testing.T) {
 	refused("42501", role, `SELECT * FROM pgoutbox.work_claim_batch('sr', 'w1', 30)`)
 	refused("42501", role, `SELECT pgoutbox.stream_settle_page('sr', 1, $1, 1, true, 'w1', '{}', '{}', '{}', '{}',
 		'{}', '{}', '{}')`, fake)
+	refused("42501", role, `SELECT pgoutbox.stream_settle_page('sr', 1, $1, 1, true, 'w1', '{}', '{}', '{}', '{}',
+		'{}', '{}', '{}', '{}', 30)`, fake)
 	for _, bad := range []string{
 		`SELECT * FROM pgoutbox.claim_batch('sr', '', ARRAY['t'])`,
 		`SELECT * FROM pgoutbox.claim_batch('sr', 'w1', ARRAY['t'], 0)`,
@@ -404,6 +407,32 @@ func TestSQLBatchWorkerRefusals(t *testing.T) {
 				}
 			}
 			refusedIn(t, "OB001", role, settle, bt, tok, c.through, c.delivered, c.failed, c.outcomes, c.errs, c.after)
+		})
+	}
+	// settle_page's running (migration 00033) is bounded as delivered is.
+	settlePage := `SELECT * FROM pgoutbox.settle_page('sr', $1, $2, $3, 'w1', $4::bigint[], running => $5::bigint[],
+		lease => $6::interval)`
+	for _, c := range []struct {
+		name               string
+		delivered, running []int64
+		lease              string
+	}{
+		{"running a key's second effect", []int64{ids[0]}, []int64{ids[1]}, "30 seconds"},
+		{"running an id delivered names", []int64{ids[0]}, []int64{ids[0]}, "30 seconds"},
+		{"running an id of no page", nil, []int64{ids[0] + 1000}, "30 seconds"},
+		{"running NULL", nil, nil, "30 seconds"},
+		{"a lease under a second", nil, []int64{ids[2]}, "0.5 seconds"},
+		{"a lease over a day", nil, []int64{ids[2]}, "25 hours"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.delivered == nil {
+				c.delivered = []int64{}
+			}
+			var running any = c.running
+			if c.running == nil {
+				running = []*int64{nil}
+			}
+			refusedIn(t, "OB001", role, settlePage, bt, tok, through, c.delivered, running, c.lease)
 		})
 	}
 	// Another queue's batch is refused though its token is right.
@@ -486,5 +515,85 @@ func TestSQLBatchWorkerKeepsKeyOrder(t *testing.T) {
 	}
 	if want := []int64{ids[0], ids[2], ids[4]}; !slices.Equal(order, want) {
 		t.Errorf("the key was delivered in order %v, want %v", order, want)
+	}
+}
+
+// TestSQLBatchWorkerPromotesRunning: pgoutbox.settle_page (migration 00033)
+// settles a page while some of its handlers still run, as the Go Client
+// does at PageHold: each running effect moves to pgoutbox.effects leased to
+// the worker, its attempt counted, with a token of its own that the settle
+// returns; the worker completes it there with pgoutbox.complete, and no
+// other claim takes it meanwhile. What did not start moves unrun; the
+// batch's lease goes back at once. A stale settle_page changes nothing.
+func TestSQLBatchWorkerPromotesRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.batchQueues(t, "sp")
+	ids := b.enqueueSQL(t, "sp", [2]string{"t", "a"}, [2]string{"t", ""}, [2]string{"t", "b"}, [2]string{"t", ""})
+	leases, err := b.claimBatchAs(t, "", "sp", 100, "t")
+	if err != nil || len(leases) != 4 {
+		t.Fatalf("claim_batch: %v, %v; want the 4 effects", leases, err)
+	}
+	settle := func() (bool, []int64, []uuid.UUID) {
+		t.Helper()
+		var ok bool
+		var leaseIDs []int64
+		var tokens []uuid.UUID
+		err := b.pool.QueryRow(b.ctx, `SELECT settled, lease_ids, lease_tokens FROM pgoutbox.settle_page('sp', $1, $2, $3,
+			'w1', $4, ARRAY[$5::bigint], ARRAY['retry'], ARRAY['boom'], running => ARRAY[$6::bigint],
+			lease => interval '1 hour')`, leases[0].Batch, leases[0].Token, leases[0].Through, []int64{ids[0]}, ids[1],
+			ids[2]).Scan(&ok, &leaseIDs, &tokens)
+		if err != nil {
+			t.Fatalf("settle_page: %v", err)
+		}
+		return ok, leaseIDs, tokens
+	}
+	ok, leaseIDs, tokens := settle()
+	if !ok || !slices.Equal(leaseIDs, []int64{ids[2]}) || len(tokens) != 1 || tokens[0] == uuid.Nil {
+		t.Fatalf("settle_page: settled %t, lease_ids %v, lease_tokens %v; want true, [%d] and one token",
+			ok, leaseIDs, tokens, ids[2])
+	}
+	row := func(id int64) string {
+		return b.text(t, `SELECT format('%s %s %s %s %s', state, attempts, coalesce(lease_owner, '-'),
+			coalesce(lease_token = $2, false), coalesce(lease_expires_at > now() + interval '50 minutes', false))
+			FROM pgoutbox.effects WHERE id = $1`, id, tokens[0])
+	}
+	for id, want := range map[int64]string{
+		ids[1]: "available 1 - f f", // failed: retried after its backoff
+		ids[2]: "leased 1 w1 t t",   // running: promoted to the worker's lease of an hour
+		ids[3]: "available 0 - f f", // not started: moved unrun
+	} {
+		if got := row(id); got != want {
+			t.Errorf("effect %d after settle_page: %q, want %q", id, got, want)
+		}
+	}
+	if s := b.text(t, `SELECT state FROM pgoutbox.effect_states WHERE id = $1`, ids[0]); s != "completed" {
+		t.Errorf("the delivered effect: %q, want completed", s)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'sp' AND lease_token IS NOT NULL`); n != 0 {
+		t.Errorf("%d batches still leased after settle_page, want none", n)
+	}
+	before := b.effectsDigest(t)
+	if ok, _, _ := settle(); ok {
+		t.Error("a second settle_page of the page matched the lease")
+	}
+	if after := b.effectsDigest(t); after != before {
+		t.Errorf("a stale settle_page changed the effects:\n%s\nwas\n%s", after, before)
+	}
+	// The promoted effect is the worker's: a row claim does not take it.
+	rl, err := b.claimAs(t, "", "sp", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range rl {
+		if l.ID == ids[2] {
+			t.Fatalf("a row claim took the promoted effect %d while its lease holds", ids[2])
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.complete($1, $2, 't') c WHERE c`, ids[2], tokens[0]); n != 1 {
+		t.Fatal("pgoutbox.complete with the promoted lease's token did not complete it")
+	}
+	if got := b.text(t, `SELECT format('%s %s', state, attempts) FROM pgoutbox.effects WHERE id = $1`, ids[2]); got != "completed 1" {
+		t.Errorf("the promoted effect after complete: %q, want completed 1", got)
 	}
 }

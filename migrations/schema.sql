@@ -1311,9 +1311,22 @@ CREATE FUNCTION pgoutbox.settle_batch(queue text, batch_id bigint, batch_token u
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+BEGIN
+    RETURN (SELECT s.settled FROM pgoutbox.settle_page(settle_batch.queue, settle_batch.batch_id,
+        settle_batch.batch_token, settle_batch.through, settle_batch.worker, settle_batch.delivered,
+        settle_batch.failed, settle_batch.outcomes, settle_batch.errors, settle_batch.retry_after, '{}',
+        interval '30 seconds', settle_batch.backoff_cap) s);
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.settle_page(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[] DEFAULT '{}'::bigint[], outcomes text[] DEFAULT '{}'::text[], errors text[] DEFAULT '{}'::text[], retry_after interval[] DEFAULT '{}'::interval[], running bigint[] DEFAULT '{}'::bigint[], lease interval DEFAULT '00:00:30'::interval, backoff_cap interval DEFAULT '00:05:00'::interval, OUT settled boolean, OUT lease_ids bigint[], OUT lease_tokens uuid[]) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 DECLARE
     b        pgoutbox.stream_batches;
-    v_n      integer := coalesce(cardinality(settle_batch.failed), 0);
+    v_n      integer := coalesce(cardinality(settle_page.failed), 0);
+    v_r      integer := coalesce(cardinality(settle_page.running), 0);
     v_page   pgoutbox.stream[];
     v_cap    float8;
     v_states text[];
@@ -1322,51 +1335,60 @@ DECLARE
     v_firsts bigint[];
     v_bad    bigint;
 BEGIN
-    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), settle_batch.queue);
-    PERFORM pgoutbox.work_refuse_bound(octet_length(settle_batch.worker) NOT BETWEEN 1 AND 128, 'worker',
+    PERFORM pgoutbox.work_refuse_queue(pgoutbox.enqueue_caller(), settle_page.queue);
+    PERFORM pgoutbox.work_refuse_bound(octet_length(settle_page.worker) NOT BETWEEN 1 AND 128, 'worker',
         'must be 1-128 bytes');
-    PERFORM pgoutbox.work_refuse_bound(settle_batch.delivered IS NULL OR cardinality(settle_batch.delivered) > 1000
-        OR array_position(settle_batch.delivered, NULL) IS NOT NULL, 'delivered',
+    PERFORM pgoutbox.work_refuse_bound(settle_page.delivered IS NULL OR cardinality(settle_page.delivered) > 1000
+        OR array_position(settle_page.delivered, NULL) IS NOT NULL, 'delivered',
         'must be an array of at most 1000 ids without NULL');
-    PERFORM pgoutbox.work_refuse_bound(v_n > 1000 OR array_position(settle_batch.failed, NULL) IS NOT NULL
-        OR coalesce(cardinality(settle_batch.outcomes), 0) <> v_n OR coalesce(cardinality(settle_batch.errors), 0) <> v_n
-        OR coalesce(cardinality(settle_batch.retry_after), 0) NOT IN (0, v_n), 'failed',
+    PERFORM pgoutbox.work_refuse_bound(v_n > 1000 OR array_position(settle_page.failed, NULL) IS NOT NULL
+        OR coalesce(cardinality(settle_page.outcomes), 0) <> v_n OR coalesce(cardinality(settle_page.errors), 0) <> v_n
+        OR coalesce(cardinality(settle_page.retry_after), 0) NOT IN (0, v_n), 'failed',
         'outcomes, errors (and retry_after, unless empty) must be arrays of one length, at most 1000, ids without NULL');
-    PERFORM pgoutbox.work_refuse_bound(EXISTS (SELECT FROM unnest(settle_batch.outcomes) o
+    PERFORM pgoutbox.work_refuse_bound(v_r > 1000 OR array_position(settle_page.running, NULL) IS NOT NULL, 'running',
+        'must be an array of at most 1000 ids without NULL');
+    PERFORM pgoutbox.work_refuse_bound(EXISTS (SELECT FROM unnest(settle_page.outcomes) o
         WHERE o IS NULL OR o NOT IN ('retry', 'retry_after', 'permanent', 'ambiguous', 'release')),
         'outcomes', 'must each be retry, retry_after, permanent, ambiguous or release');
-    PERFORM pgoutbox.work_refuse_bound(EXISTS (SELECT FROM unnest(settle_batch.errors) e
+    PERFORM pgoutbox.work_refuse_bound(EXISTS (SELECT FROM unnest(settle_page.errors) e
         WHERE e IS NULL OR octet_length(e) > 65536), 'errors', 'must each be text of at most 65536 bytes');
     PERFORM pgoutbox.work_refuse_bound(EXISTS (
-        SELECT FROM unnest(settle_batch.outcomes, CASE WHEN cardinality(settle_batch.retry_after) = 0
-            THEN array_fill(NULL::interval, ARRAY[v_n]) ELSE settle_batch.retry_after END) AS f(o, ra)
+        SELECT FROM unnest(settle_page.outcomes, CASE WHEN cardinality(settle_page.retry_after) = 0
+            THEN array_fill(NULL::interval, ARRAY[v_n]) ELSE settle_page.retry_after END) AS f(o, ra)
         WHERE (f.o = 'retry_after') <> (f.ra IS NOT NULL) OR f.ra NOT BETWEEN interval '0' AND interval '1 day'),
         'retry_after', 'is required with outcome retry_after only, between 0 and 1 day');
-    PERFORM pgoutbox.work_refuse_bound(settle_batch.backoff_cap NOT BETWEEN interval '1 second' AND interval '1 day',
+    PERFORM pgoutbox.work_refuse_bound(settle_page.lease IS NULL
+        OR settle_page.lease NOT BETWEEN interval '1 second' AND interval '1 day', 'lease',
+        'must be between 1 second and 1 day');
+    PERFORM pgoutbox.work_refuse_bound(settle_page.backoff_cap IS NULL
+        OR settle_page.backoff_cap NOT BETWEEN interval '1 second' AND interval '1 day',
         'backoff_cap', 'must be between 1 second and 1 day');
     PERFORM pgoutbox.work_refuse_bound(EXISTS (
-        SELECT x FROM unnest(settle_batch.delivered || settle_batch.failed) x GROUP BY x HAVING count(*) > 1),
-        'failed', 'must not repeat an id, nor name one that delivered names');
+        SELECT x FROM unnest(settle_page.delivered || coalesce(settle_page.failed, '{}')
+            || coalesce(settle_page.running, '{}')) x GROUP BY x HAVING count(*) > 1),
+        'failed', 'must not repeat an id, nor name one that delivered or running names');
     SELECT x.* INTO b FROM pgoutbox.stream_batches x
-    WHERE x.queue = settle_batch.queue AND x.id = settle_batch.batch_id AND x.lease_token = settle_batch.batch_token
+    WHERE x.queue = settle_page.queue AND x.id = settle_page.batch_id AND x.lease_token = settle_page.batch_token
       AND x.done_at IS NULL
     FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN false;
+        settled := false;
+        RETURN;
     END IF;
-    PERFORM pgoutbox.work_refuse_bound(settle_batch.through NOT BETWEEN b.done_through + 1 AND b.max_id, 'through',
+    PERFORM pgoutbox.work_refuse_bound(settle_page.through NOT BETWEEN b.done_through + 1 AND b.max_id, 'through',
         'must be the end of the page claim_batch returned');
-    v_page := pgoutbox.stream_page_of(b, settle_batch.through, 1001);
+    v_page := pgoutbox.stream_page_of(b, settle_page.through, 1001);
     PERFORM pgoutbox.work_refuse_bound(cardinality(v_page) > 1000, 'through',
         'spans more than 1000 effects: settle the page claim_batch returned');
     v_firsts := pgoutbox.stream_page_firsts(v_page);
-    SELECT x INTO v_bad FROM unnest(settle_batch.delivered || settle_batch.failed) x
+    SELECT x INTO v_bad FROM unnest(settle_page.delivered || coalesce(settle_page.failed, '{}')
+        || coalesce(settle_page.running, '{}')) x
     WHERE x <> ALL(v_firsts)
     LIMIT 1;
     PERFORM pgoutbox.work_refuse_bound(v_bad IS NOT NULL, 'delivered',
         format('names effect %s, which is not one claim_batch returned for this page', v_bad));
     -- pgoutbox.fail's routing of a replay-safe effect's first attempt.
-    v_cap := extract(epoch FROM settle_batch.backoff_cap);
+    v_cap := extract(epoch FROM settle_page.backoff_cap);
     SELECT array_agg(CASE
             WHEN f.o = 'release' THEN 'available'
             WHEN f.o = 'permanent' OR p.max_attempts <= 1 THEN 'dead_letter'
@@ -1378,16 +1400,25 @@ BEGIN
                 least(extract(epoch FROM f.ra)::float8, greatest(3600, v_cap)))
             ELSE pgoutbox.retry_backoff(1, v_cap) END ORDER BY f.ord)
     INTO v_states, v_tries, v_delays
-    FROM unnest(settle_batch.failed, settle_batch.outcomes, CASE WHEN cardinality(settle_batch.retry_after) = 0
-            THEN array_fill(NULL::interval, ARRAY[v_n]) ELSE settle_batch.retry_after END)
+    FROM unnest(settle_page.failed, settle_page.outcomes, CASE WHEN cardinality(settle_page.retry_after) = 0
+            THEN array_fill(NULL::interval, ARRAY[v_n]) ELSE settle_page.retry_after END)
         WITH ORDINALITY AS f(id, o, ra, ord)
     JOIN unnest(v_page) p ON p.id = f.id;
-    RETURN pgoutbox.stream_settle_page(settle_batch.queue, b.id, b.lease_token, settle_batch.through,
-        settle_batch.through = b.max_id, settle_batch.worker, v_page, settle_batch.delivered,
-        coalesce(settle_batch.failed, '{}'), coalesce(v_states, '{}'), coalesce(v_tries, '{}'),
-        coalesce(v_delays, '{}'),
+    -- Go's Move for a run still going at the cut: leased to the worker,
+    -- its attempt counted, a token of its own.
+    lease_ids := coalesce(settle_page.running, '{}');
+    lease_tokens := ARRAY(SELECT gen_random_uuid() FROM generate_series(1, v_r));
+    settled := pgoutbox.stream_settle_page(settle_page.queue, b.id, b.lease_token, settle_page.through,
+        settle_page.through = b.max_id, settle_page.worker, v_page, settle_page.delivered,
+        coalesce(settle_page.failed, '{}') || lease_ids,
+        coalesce(v_states, '{}') || array_fill('leased'::text, ARRAY[v_r]),
+        coalesce(v_tries, '{}') || array_fill(1, ARRAY[v_r]),
+        coalesce(v_delays, '{}') || array_fill(0::float8, ARRAY[v_r]),
         ARRAY(SELECT CASE WHEN f.o = 'release' THEN '' ELSE f.e END
-              FROM unnest(settle_batch.outcomes, settle_batch.errors) WITH ORDINALITY AS f(o, e, ord) ORDER BY f.ord));
+              FROM unnest(settle_page.outcomes, settle_page.errors) WITH ORDINALITY AS f(o, e, ord) ORDER BY f.ord)
+            || array_fill(''::text, ARRAY[v_r]),
+        array_fill(NULL::uuid, ARRAY[v_n]) || lease_tokens,
+        extract(epoch FROM settle_page.lease)::float8);
 END;
 $$;
 
@@ -1635,6 +1666,16 @@ CREATE FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_toke
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+BEGIN
+    RETURN pgoutbox.stream_settle_page(p_queue, p_batch, p_token, p_through, p_last, p_worker, p_page, p_done,
+        p_ids, p_states, p_attempts, p_delays, p_errors, '{}'::uuid[], 0::float8);
+END;
+$$;
+
+CREATE FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_token uuid, p_through bigint, p_last boolean, p_worker text, p_page pgoutbox.stream[], p_done bigint[], p_ids bigint[], p_states text[], p_attempts integer[], p_delays double precision[], p_errors text[], p_tokens uuid[], p_lease_s double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 DECLARE
     v_types  text[];
     v_counts bigint[];
@@ -1645,6 +1686,7 @@ DECLARE
     v_tries  integer[];
     v_delays float8[];
     v_errors text[];
+    v_tokens uuid[];
 BEGIN
     SELECT array_agg(t.effect_type), array_agg(t.n) INTO v_types, v_counts
     FROM (SELECT p.effect_type, count(*) AS n FROM unnest(p_page) p GROUP BY p.effect_type) t;
@@ -1665,15 +1707,15 @@ BEGIN
     END IF;
     SELECT array_agg(p.id ORDER BY p.id), array_agg(coalesce(f.state, 'available') ORDER BY p.id),
         array_agg(coalesce(f.attempts, 0) ORDER BY p.id), array_agg(coalesce(f.delay_s, 0) ORDER BY p.id),
-        array_agg(coalesce(f.error, '') ORDER BY p.id)
-    INTO v_moves, v_states, v_tries, v_delays, v_errors
+        array_agg(coalesce(f.error, '') ORDER BY p.id), array_agg(f.token ORDER BY p.id)
+    INTO v_moves, v_states, v_tries, v_delays, v_errors, v_tokens
     FROM unnest(p_page) p
-    LEFT JOIN unnest(p_ids, p_states, p_attempts, p_delays, p_errors) AS f(id, state, attempts, delay_s, error)
-        ON f.id = p.id
+    LEFT JOIN unnest(p_ids, p_states, p_attempts, p_delays, p_errors, p_tokens)
+        AS f(id, state, attempts, delay_s, error, token) ON f.id = p.id
     WHERE p.id <> ALL(p_done);
     IF v_moves IS NOT NULL THEN
         PERFORM pgoutbox.work_move_rows(v_moves, v_states, v_tries, v_delays, v_errors, p_worker, p_queue,
-            array_fill(NULL::uuid, ARRAY[cardinality(v_moves)]), array_fill(0::float8, ARRAY[cardinality(v_moves)]));
+            v_tokens, array_fill(p_lease_s, ARRAY[cardinality(v_moves)]));
     END IF;
     IF NOT p_last THEN
         PERFORM pgoutbox.work_release_batch(p_queue, p_batch, p_token);
@@ -2834,6 +2876,9 @@ REVOKE ALL ON FUNCTION pgoutbox.revoke_work(role_name text, queue text) FROM PUB
 REVOKE ALL ON FUNCTION pgoutbox.settle_batch(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], backoff_cap interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.settle_batch(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], backoff_cap interval) TO pgoutbox_worker;
 
+REVOKE ALL ON FUNCTION pgoutbox.settle_page(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], running bigint[], lease interval, backoff_cap interval, OUT settled boolean, OUT lease_ids bigint[], OUT lease_tokens uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgoutbox.settle_page(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], running bigint[], lease interval, backoff_cap interval, OUT settled boolean, OUT lease_ids bigint[], OUT lease_tokens uuid[]) TO pgoutbox_worker;
+
 REVOKE ALL ON FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) FROM PUBLIC;
@@ -2849,6 +2894,8 @@ REVOKE ALL ON FUNCTION pgoutbox.stream_page_firsts(p_page pgoutbox.stream[]) FRO
 REVOKE ALL ON FUNCTION pgoutbox.stream_page_of(b pgoutbox.stream_batches, p_through bigint, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_token uuid, p_through bigint, p_last boolean, p_worker text, p_page pgoutbox.stream[], p_done bigint[], p_ids bigint[], p_states text[], p_attempts integer[], p_delays double precision[], p_errors text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_token uuid, p_through bigint, p_last boolean, p_worker text, p_page pgoutbox.stream[], p_done bigint[], p_ids bigint[], p_states text[], p_attempts integer[], p_delays double precision[], p_errors text[], p_tokens uuid[], p_lease_s double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_tick(p_queue text) FROM PUBLIC;
 
