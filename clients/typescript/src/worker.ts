@@ -143,23 +143,58 @@ export interface WorkerOptions {
    * save it.
    */
   batch?: boolean;
+  /**
+   * The most effects a batch page holds (claim_batch's max_effects).
+   * Default 1,000 (1 to 1,000). The Worker claims smaller pages while its
+   * handlers are slow: each page is sized to finish in half of pageHoldMs
+   * at the pace of the handlers' recent calls, and at least as many as it
+   * runs at once (concurrency - 1, one slot staying for the row claim).
+   */
+  pageSize?: number;
+  /**
+   * How long a batch page waits for its slowest handlers (Go's PageHold):
+   * the ones still running then are promoted to leases of their own in
+   * pgoutbox.effects and finished there, the ones not started move unrun
+   * to the row storage, and the page settles (pgoutbox.settle_page), so a
+   * slow handler holds the batch's lane for pageHoldMs at most. Default
+   * 1,000, or half of leaseMs when that is shorter (10 to 86,400,000).
+   */
+  pageHoldMs?: number;
 }
 
 /** The channel the engine notifies when a transaction enqueued into a queue (the payload is the queue). */
 export const NOTIFY_CHANNEL = "pgoutbox_effects";
 
-/** A batch page in delivery: each effect's outcome, settled together (pgoutbox.settle_batch). */
+/** One effect of a batch page. */
+interface PageRun {
+  row: Record<string, unknown>;
+  abort: AbortController;
+  state: "waiting" | "running" | "done";
+  /** The handler's error once done; undefined: delivered. */
+  err: unknown;
+  /** Resolves with the handler's error (undefined: success) when it returns. */
+  ended: Promise<unknown>;
+}
+
+/** A batch page in delivery: its effects run through the page's slots and settle together (pgoutbox.settle_page). */
 interface Page {
   batchId: string;
   token: string;
   through: string;
-  abort: AbortController;
-  /** Effects whose handler has not returned. */
-  running: Set<string>;
-  delivered: string[];
-  failed: Array<{ id: string; outcome: Outcome | "release"; error: string; after: string | null }>;
+  runs: PageRun[];
+  /** The index of the next run to start. */
+  next: number;
+  /** Runs started and not returned. */
+  active: number;
+  /** Runs returned. */
+  ended: number;
+  /** Set at the cut (every run returned, pageHoldMs passed, or stop): no run starts any more. */
+  cut: boolean;
+  /** Cuts the page now. */
+  cutNow: () => void;
+  /** Resolves once the page is settled and its promoted runs handed to the row leases. */
   done: Promise<void>;
-  /** Set once the page is settled, or its lease was lost: its outcomes are no longer written. */
+  /** Set once the page's lease was lost: its outcomes are no longer written. */
   over: boolean;
 }
 
@@ -190,6 +225,12 @@ export class Worker {
   private readonly pollMs: number;
   private readonly recoverEveryMs: number;
   private readonly backoffCapMs: number;
+  private readonly pageSize: number;
+  private readonly pageHoldMs: number;
+  /** The page's slots: handlers of a page at once. */
+  private readonly pageSlots: number;
+  /** The recent mean of a page handler's call, in milliseconds (undefined: none measured yet). */
+  private handlerMs: number | undefined;
   private readonly onError: (err: unknown) => void;
   private readonly inFlight = new Map<string, InFlight>();
   private readonly batchTypes: string[];
@@ -214,6 +255,9 @@ export class Worker {
     this.pollMs = bounded("pollMs", opts.pollMs ?? 1000, 10, 3_600_000);
     this.recoverEveryMs = opts.recoverEveryMs === 0 ? 0 : bounded("recoverEveryMs", opts.recoverEveryMs ?? 5000, 100, 3_600_000);
     this.backoffCapMs = bounded("backoffCapMs", opts.backoffCapMs ?? 300_000, 1000, 86_400_000);
+    this.pageSize = bounded("pageSize", opts.pageSize ?? 1000, 1, 1000);
+    this.pageHoldMs = bounded("pageHoldMs", opts.pageHoldMs ?? Math.min(1000, Math.floor(this.leaseMs / 2)), 10, 86_400_000);
+    this.pageSlots = Math.max(1, this.concurrency - 1);
     this.id = opts.workerId ?? `${hostname()}-${process.pid}-${randomBytes(4).toString("hex")}`;
     this.onError = opts.onError ?? ((err) => console.error("pgoutbox worker:", err));
     for (const [name, t] of Object.entries(this.types)) {
@@ -247,7 +291,14 @@ export class Worker {
     this.running = false;
     this.signal();
     await this.loop;
-    const pending = Promise.all([...[...this.inFlight.values()].map((f) => f.done), this.page?.done]);
+    // A page is cut at once: what did not start goes back unrun, what runs
+    // is promoted to a row lease, waited for below like every delivery.
+    const page = this.page;
+    if (page) {
+      page.cutNow();
+      await page.done;
+    }
+    const pending = Promise.all([...this.inFlight.values()].map((f) => f.done));
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
       pending.then(() => false),
@@ -257,8 +308,6 @@ export class Worker {
     ]);
     clearTimeout(timer);
     if (timedOut) {
-      // The page's unfinished effects go back unrun (outcome release).
-      if (this.page) await this.settlePage(this.page, true);
       for (const f of [...this.inFlight.values()]) {
         this.inFlight.delete(f.id);
         f.abort.abort(new Error("pgoutbox: worker stopped"));
@@ -316,25 +365,25 @@ export class Worker {
   private async claimLoop(): Promise<void> {
     while (this.running) {
       this.woken = false;
-      let free = this.concurrency - this.inFlight.size - (this.page?.running.size ?? 0);
+      // A page holds its slots until it settles.
+      let free = this.concurrency - this.inFlight.size - (this.page ? this.pageSlots : 0);
       const want = free;
       let claimed = 0;
       if (free > 0 && this.batchTypes.length > 0 && this.page === undefined) {
         if (!this.listener) await this.listen();
-        // A slot stays for the row claim (retries, other types), which
-        // full pages would otherwise starve while the stream has a backlog.
-        const pageMax = free > 1 ? free - 1 : free;
         const rows = await this.call("claim batch", async () => {
           const r = await this.pool.query(
             "SELECT batch_id::text AS batch_id, batch_token::text AS batch_token, through::text AS through, id::text AS id, effect_type, idempotency_key, payload, attempt, max_attempts, created_at, ordering_key FROM pgoutbox.claim_batch($1, $2, $3::text[], $4, $5::interval)",
-            [this.queue, this.id, this.batchTypes, pageMax, `${this.leaseMs} milliseconds`],
+            [this.queue, this.id, this.batchTypes, this.pageMax(), `${this.leaseMs} milliseconds`],
           );
           return r.rows;
         });
         if (rows && rows.length > 0) {
           this.deliverPage(rows);
           claimed = rows.length;
-          free -= rows.length;
+          // A slot stays for the row claim (retries, other types), which
+          // pages would otherwise starve while the stream has a backlog.
+          free -= this.pageSlots;
         }
       }
       if (free > 0) {
@@ -389,37 +438,49 @@ export class Worker {
   }
 
   /**
-   * Delivers a page of a batch (the rows of one claim_batch): its handlers
-   * run at once, each outcome is kept, and the page is settled in one call
-   * when the last returns.
+   * The size of the next batch page: pageSize, or what the page's slots
+   * finish in half of pageHoldMs at the handlers' recent pace, and at
+   * least the slots.
+   */
+  private pageMax(): number {
+    if (this.handlerMs === undefined) return Math.min(this.pageSlots, this.pageSize);
+    const fits = Math.floor((this.pageSlots * this.pageHoldMs) / 2 / Math.max(this.handlerMs, 0.001));
+    return Math.min(this.pageSize, Math.max(this.pageSlots, fits));
+  }
+
+  /**
+   * Delivers a page of a batch (the rows of one claim_batch): its effects
+   * run through the page's slots; at the cut (every one returned, or
+   * pageHoldMs passed) the page settles in one call, the ones still
+   * running promoted to leases of their own.
    */
   private deliverPage(rows: Array<Record<string, unknown>>): void {
     const first = rows[0];
+    let cutNow = (): void => {};
+    const cut = new Promise<void>((resolve) => {
+      cutNow = resolve;
+    });
     const page: Page = {
       batchId: String(first.batch_id),
       token: String(first.batch_token),
       through: String(first.through),
-      abort: new AbortController(),
-      running: new Set(rows.map((r) => String(r.id))),
-      delivered: [],
-      failed: [],
+      runs: rows.map((row) => ({ row, abort: new AbortController(), state: "waiting", err: undefined, ended: Promise.resolve() })),
+      next: 0,
+      active: 0,
+      ended: 0,
+      cut: false,
+      cutNow,
       done: Promise.resolve(),
       over: false,
     };
     this.page = page;
-    const runs = rows.map(async (row) => {
-      const d = this.delivery(row, page.abort.signal);
-      try {
-        await this.types[d.type].handler(d);
-        if (!page.over) page.delivered.push(d.id);
-      } catch (err) {
-        if (!page.over) page.failed.push({ id: d.id, ...classify(err ?? new Error("handler threw a nullish value"), true) });
-      } finally {
-        page.running.delete(d.id);
-      }
-    });
-    page.done = Promise.all(runs)
-      .then(() => this.settlePage(page, false))
+    const hold = setTimeout(cutNow, this.pageHoldMs);
+    this.pumpPage(page);
+    page.done = cut
+      .then(() => {
+        clearTimeout(hold);
+        return this.settlePage(page);
+      })
       .catch((err: unknown) => this.onError(err))
       .finally(() => {
         if (this.page === page) this.page = undefined;
@@ -427,37 +488,90 @@ export class Worker {
       });
   }
 
-  /**
-   * Settles page: its delivered and failed effects, and (release) its
-   * unfinished ones given back unrun. Nothing is written once the page is
-   * over (settled, or its lease lost).
-   */
-  private async settlePage(page: Page, release: boolean): Promise<void> {
-    if (page.over) return;
-    page.over = true;
-    const failed = [...page.failed];
-    if (release) {
-      for (const id of page.running) failed.push({ id, outcome: "release", error: "worker stopped", after: null });
-      page.abort.abort(new Error("pgoutbox: worker stopped"));
+  /** Starts page's waiting runs while it has free slots. */
+  private pumpPage(page: Page): void {
+    while (!page.cut && page.next < page.runs.length && page.active < this.pageSlots) {
+      const r = page.runs[page.next++];
+      r.state = "running";
+      page.active++;
+      const d = this.delivery(r.row, r.abort.signal);
+      const t0 = performance.now();
+      r.ended = (async () => this.types[d.type].handler(d))().then(
+        () => undefined,
+        (err: unknown) => err ?? new Error("handler threw a nullish value"),
+      );
+      void r.ended.then((err) => {
+        const ms = performance.now() - t0;
+        this.handlerMs = this.handlerMs === undefined ? ms : 0.8 * this.handlerMs + 0.2 * ms;
+        r.state = "done";
+        r.err = err;
+        page.active--;
+        page.ended++;
+        if (page.ended === page.runs.length) page.cutNow();
+        else this.pumpPage(page);
+      });
     }
-    await this.call("settle batch", () =>
+  }
+
+  /**
+   * Settles page at its cut: the returned runs' outcomes, the running ones
+   * promoted to leases of this worker (then finished like claimed rows),
+   * the ones not started moved unrun. A lost lease aborts what still runs.
+   */
+  private async settlePage(page: Page): Promise<void> {
+    page.cut = true;
+    const delivered: string[] = [];
+    const failed: Array<{ id: string; outcome: Outcome; error: string; after: string | null }> = [];
+    const running: PageRun[] = [];
+    for (const r of page.runs) {
+      const id = String(r.row.id);
+      if (r.state === "done" && r.err === undefined) delivered.push(id);
+      else if (r.state === "done") failed.push({ id, ...classify(r.err, true) });
+      else if (r.state === "running") running.push(r);
+    }
+    if (page.over) return;
+    const res = await this.call("settle batch", () =>
       this.pool.query(
-        "SELECT pgoutbox.settle_batch($1, $2::bigint, $3::uuid, $4::bigint, $5, $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::interval[], $11::interval) AS ok",
+        "SELECT settled, lease_ids::text[] AS lease_ids, lease_tokens::text[] AS lease_tokens FROM pgoutbox.settle_page($1, $2::bigint, $3::uuid, $4::bigint, $5, $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::interval[], $11::bigint[], $12::interval, $13::interval)",
         [
           this.queue,
           page.batchId,
           page.token,
           page.through,
           this.id,
-          page.delivered,
+          delivered,
           failed.map((f) => f.id),
           failed.map((f) => f.outcome),
           failed.map((f) => f.error),
           failed.map((f) => f.after),
+          running.map((r) => String(r.row.id)),
+          `${this.leaseMs} milliseconds`,
           `${this.backoffCapMs} milliseconds`,
         ],
       ),
     );
+    const out = res?.rows[0];
+    const ids = (out?.lease_ids as string[] | null) ?? [];
+    const tokens = (out?.lease_tokens as string[] | null) ?? [];
+    if (out?.settled !== true || ids.length !== running.length) {
+      // The lease was lost (or the settle's outcome is unknown): what still
+      // runs is no longer ours.
+      page.over = true;
+      for (const r of running) r.abort.abort(new Error("pgoutbox: lease lost"));
+      return;
+    }
+    running.forEach((r, i) => {
+      const d = this.delivery(r.row, r.abort.signal);
+      const f: InFlight = { id: d.id, token: tokens[i], type: d.type, abort: r.abort, done: Promise.resolve() };
+      this.inFlight.set(d.id, f);
+      f.done = r.ended
+        .then((herr) => (d.signal.aborted ? undefined : this.finish(d, tokens[i], true, herr)))
+        .catch((err: unknown) => this.onError(err))
+        .finally(() => {
+          if (this.inFlight.get(d.id) === f) this.inFlight.delete(d.id);
+          this.signal();
+        });
+    });
   }
 
   private async run(d: Delivery, token: string): Promise<void> {
@@ -484,6 +598,12 @@ export class Worker {
       }
     }
     if (d.signal.aborted) return; // lost or given back: the outcome is no longer ours to write
+    await this.finish(d, token, replaySafe, herr);
+  }
+
+  /** Records the outcome herr (undefined: delivered) of d under its lease token. */
+  private async finish(d: Delivery, token: string, replaySafe: boolean, herr: unknown): Promise<void> {
+    const fence = [d.id, token, d.type];
     if (herr === undefined) {
       await this.call("complete", () => this.pool.query("SELECT pgoutbox.complete($1::bigint, $2::uuid, $3) AS ok", fence));
       return;
@@ -499,7 +619,7 @@ export class Worker {
 
   private async extend(): Promise<void> {
     const page = this.page;
-    if (page && !page.over) {
+    if (page && !page.over && !page.cut) {
       const r = await this.call("extend batch", () =>
         this.pool.query("SELECT pgoutbox.extend_batch($1, $2::bigint, $3::uuid, $4::interval) AS ok", [
           this.queue,
@@ -509,9 +629,10 @@ export class Worker {
         ]),
       );
       if (r && r.rows[0]?.ok !== true && !page.over) {
-        // Another worker took the batch over: its outcomes are not ours.
+        // Another worker took the batch over: nothing of the page is ours.
         page.over = true;
-        page.abort.abort(new Error("pgoutbox: lease lost"));
+        for (const run of page.runs) run.abort.abort(new Error("pgoutbox: lease lost"));
+        page.cutNow();
       }
     }
     const fs = [...this.inFlight.values()];

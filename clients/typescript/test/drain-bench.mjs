@@ -5,8 +5,8 @@
 // ROUNDS rounds (default 3) of N effects (default 20,000) per storage with
 // CONCURRENCY handlers (default 10, the Worker's), alternating, each on a
 // queue of its own, and prints effects/s per round: from the Worker's start
-// to its handlers' n-th call (the last outcomes are written by stop, which
-// must leave every effect completed).
+// to the end of its stop after its handlers' n-th call (stop writes the
+// last outcomes, and must leave every effect completed).
 // Run: npm run build && DATABASE_URL=... node test/drain-bench.mjs
 import pg from "pg";
 
@@ -57,8 +57,8 @@ async function drain(storage, round) {
   const t0 = performance.now();
   await w.start();
   await all;
-  const secs = (performance.now() - t0) / 1000;
   await w.stop();
+  const secs = (performance.now() - t0) / 1000;
   const { rows } = await pool.query(
     "SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'",
     [queue],

@@ -24,6 +24,9 @@ const worker = new Worker(pool, {
   extendEveryMs: 200,
   pollMs: 100,
   recoverEveryMs: 100,
+  // The killed page is still the batch's when the process dies: no cut
+  // promotes its hanging handler to a row lease first.
+  pageHoldMs: 600_000,
   types: {
     "charge.create": { replaySafe: false, handler },
     "record.upsert": { replaySafe: true, handler },

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 
-import { Worker, retry, retryAfter, permanent, ambiguous, enqueue } from "../dist/index.js";
+import { Worker, retry, retryAfter, permanent, ambiguous, enqueue, enqueueBatch } from "../dist/index.js";
 
 const url = process.env.DATABASE_URL;
 const role = `pgoutbox_worker_ts_${randomBytes(4).toString("hex")}`;
@@ -153,6 +153,135 @@ test("delivers a batch queue's replay-safe effects from the batch, writing no ro
   assert.ok((await row(once)).delivery_started_at, "the type that is not replay-safe was marked started");
   const { rows: settled } = await owner.query("SELECT coalesce(sum(completed), 0)::int AS n FROM pgoutbox.stream_settled WHERE queue = $1", [q]);
   assert.equal(settled[0].n, 28, "28 effects delivered from the batch");
+  assert.deepEqual(w.errors, []);
+});
+
+// putMany enqueues effects (type, key) into queue in one transaction: one batch.
+async function putMany(queue, effects) {
+  const c = await owner.connect();
+  try {
+    await c.query("BEGIN");
+    const ids = await enqueueBatch(c, effects.map(([type, key]) => ({ queue, type, key, payload: { k: key } })));
+    await c.query("COMMIT");
+    return ids;
+  } finally {
+    c.release();
+  }
+}
+
+async function batchQueue() {
+  const q = await newQueue();
+  await owner.query("INSERT INTO pgoutbox.queue_storage (queue, storage) VALUES ($1, 'batch')", [q]);
+  return q;
+}
+
+test("runs batch pages larger than its slots, concurrency - 1 handlers at once", { timeout: 60_000 }, async () => {
+  const q = await batchQueue();
+  const ids = await putMany(q, Array.from({ length: 300 }, (_, i) => ["note", `k${i}`]));
+  const seen = new Map();
+  let running = 0;
+  let peak = 0;
+  const w = newWorker(q, {
+    note: {
+      replaySafe: true,
+      handler: async (d) => {
+        running++;
+        peak = Math.max(peak, running);
+        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
+        await new Promise((r) => setImmediate(r));
+        running--;
+      },
+    },
+  }, { concurrency: 3 });
+  await w.start();
+  await waitFor("all completed", async () => {
+    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
+    return rows[0].n === 300;
+  });
+  await w.stop();
+  for (const id of ids) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
+  assert.ok(peak <= 2, `${peak} handlers of a page ran at once, concurrency 3 (one slot stays for the row claim)`);
+  const { rows: moved } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effects WHERE queue = $1", [q]);
+  assert.equal(moved[0].n, 0, "no effect written to the row storage");
+  // One stream_settled row per page: pages of the 2 slots would be 150.
+  const { rows: pages } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.stream_settled WHERE queue = $1", [q]);
+  assert.ok(pages[0].n < 30, `${pages[0].n} pages for 300 fast effects: the pages did not grow past the slots`);
+  assert.deepEqual(w.errors, []);
+});
+
+test("promotes a page's slow handler at pageHoldMs and finishes it under a lease of its own", { timeout: 60_000 }, async () => {
+  const q = await batchQueue();
+  const [slow, ...fast] = await putMany(q, [["note", "slow"], ["note", "f1"], ["note", "f2"], ["note", "f3"]]);
+  const gate = deferred();
+  const started = deferred();
+  const seen = new Map();
+  const w = newWorker(q, {
+    note: {
+      replaySafe: true,
+      handler: async (d) => {
+        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
+        if (d.key === "slow") {
+          started.resolve();
+          await gate.p;
+        }
+      },
+    },
+  }, { concurrency: 5, pageHoldMs: 50 });
+  await w.start();
+  await started.p;
+  // The page settled without it: its row is leased to the worker.
+  await waitFor("the slow effect promoted", async () => (await row(slow))?.state === "leased");
+  const { rows: owners } = await owner.query("SELECT lease_owner, attempts FROM pgoutbox.effects WHERE id = $1", [slow]);
+  assert.equal(owners[0].lease_owner, w.id);
+  assert.equal(owners[0].attempts, 1);
+  for (const id of fast) {
+    const { rows } = await owner.query("SELECT state::text AS state FROM pgoutbox.effect_states WHERE id = $1", [id]);
+    assert.equal(rows[0].state, "completed", `fast effect ${id} settled from the batch while the slow one ran`);
+    assert.equal(await row(id), undefined, `fast effect ${id} has no row`);
+  }
+  gate.resolve();
+  await waitFor("the slow effect completed", async () => (await row(slow)).state === "completed");
+  await w.stop();
+  assert.equal((await row(slow)).attempts, 1);
+  for (const id of [slow, ...fast]) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
+  assert.deepEqual(w.errors, []);
+});
+
+test("stop cuts a batch page: what did not start goes back unrun, what runs is promoted and given back", { timeout: 60_000 }, async () => {
+  const q = await batchQueue();
+  const seen = new Map();
+  const hanging = [deferred(), deferred()];
+  const w = newWorker(q, {
+    note: { replaySafe: true, handler: async (d) => { seen.set(d.id, (seen.get(d.id) ?? 0) + 1); } },
+    hang: {
+      replaySafe: true,
+      handler: (d) => {
+        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
+        hanging[Number(d.key.slice(1))].resolve();
+        return new Promise((_, rej) => d.signal.addEventListener("abort", () => rej(d.signal.reason)));
+      },
+    },
+  }, { concurrency: 3, pageHoldMs: 600_000 });
+  await w.start();
+  // Fast handlers first, so that the next page grows past the 2 slots.
+  const warm = await putMany(q, [["note", "w0"], ["note", "w1"], ["note", "w2"]]);
+  await waitFor("the warm-up completed", async () => {
+    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE id = ANY($1) AND state = 'completed'", [warm]);
+    return rows[0].n === 3;
+  });
+  const [h0, h1, a, b] = await putMany(q, [["hang", "h0"], ["hang", "h1"], ["note", "a"], ["note", "b"]]);
+  await Promise.all(hanging.map((h) => h.p));
+  await w.stop(10);
+  for (const id of [h0, h1]) {
+    const r = await row(id);
+    assert.equal(r.state, "available", `running effect ${id} given back`);
+    assert.equal(seen.get(id), 1);
+  }
+  for (const id of [a, b]) {
+    const r = await row(id);
+    assert.deepEqual([r.state, r.attempts], ["available", 0], `effect ${id}, not started, moved unrun`);
+    assert.equal(seen.get(id), undefined, `effect ${id} was delivered by a stopping worker`);
+  }
   assert.deepEqual(w.errors, []);
 });
 
