@@ -410,6 +410,13 @@ export class Worker {
     }
   }
 
+  /** Ends the row delivery f: its slot goes to the page's waiting runs, or to the next claim. */
+  private ended(f: InFlight): void {
+    if (this.inFlight.get(f.id) === f) this.inFlight.delete(f.id);
+    if (this.page) this.pumpPage(this.page);
+    this.signal();
+  }
+
   private delivery(row: Record<string, unknown>, signal: AbortSignal): Delivery {
     return {
       id: String(row.id),
@@ -431,10 +438,7 @@ export class Worker {
     const token = String(row.lease_token);
     const f: InFlight = { id: d.id, token, type: d.type, abort, done: Promise.resolve() };
     this.inFlight.set(d.id, f);
-    f.done = this.run(d, token).catch((err: unknown) => this.onError(err)).finally(() => {
-      if (this.inFlight.get(d.id) === f) this.inFlight.delete(d.id);
-      this.signal();
-    });
+    f.done = this.run(d, token).catch((err: unknown) => this.onError(err)).finally(() => this.ended(f));
   }
 
   /**
@@ -443,9 +447,20 @@ export class Worker {
    * least the slots.
    */
   private pageMax(): number {
-    if (this.handlerMs === undefined) return Math.min(this.pageSlots, this.pageSize);
-    const fits = Math.floor((this.pageSlots * this.pageHoldMs) / 2 / Math.max(this.handlerMs, 0.001));
-    return Math.min(this.pageSize, Math.max(this.pageSlots, fits));
+    const slots = this.freePageSlots(0);
+    if (this.handlerMs === undefined) return Math.min(slots, this.pageSize);
+    const fits = Math.floor((slots * this.pageHoldMs) / 2 / Math.max(this.handlerMs, 0.001));
+    return Math.min(this.pageSize, Math.max(slots, fits));
+  }
+
+  /**
+   * How many of a page's runs may run at once with active running: the
+   * page's slots, less the deliveries of this worker in its row leases
+   * (promoted runs of earlier pages included), so that no more than
+   * concurrency handlers run at once.
+   */
+  private freePageSlots(active: number): number {
+    return Math.max(0, Math.min(this.pageSlots, this.concurrency - this.inFlight.size) - active);
   }
 
   /**
@@ -490,7 +505,7 @@ export class Worker {
 
   /** Starts page's waiting runs while it has free slots. */
   private pumpPage(page: Page): void {
-    while (!page.cut && page.next < page.runs.length && page.active < this.pageSlots) {
+    while (!page.cut && page.next < page.runs.length && this.freePageSlots(page.active) > 0) {
       const r = page.runs[page.next++];
       r.state = "running";
       page.active++;
@@ -567,10 +582,7 @@ export class Worker {
       f.done = r.ended
         .then((herr) => (d.signal.aborted ? undefined : this.finish(d, tokens[i], true, herr)))
         .catch((err: unknown) => this.onError(err))
-        .finally(() => {
-          if (this.inFlight.get(d.id) === f) this.inFlight.delete(d.id);
-          this.signal();
-        });
+        .finally(() => this.ended(f));
     });
   }
 

@@ -247,6 +247,44 @@ test("promotes a page's slow handler at pageHoldMs and finishes it under a lease
   assert.deepEqual(w.errors, []);
 });
 
+test("promoted runs keep their slots: no more than concurrency handlers at once", { timeout: 60_000 }, async () => {
+  const q = await batchQueue();
+  const ids = await putMany(q, [["hang", "h0"], ["hang", "h1"], ["hang", "h2"], ["hang", "h3"]]);
+  const gate = deferred();
+  const seen = new Map();
+  let running = 0;
+  let peak = 0;
+  const w = newWorker(q, {
+    hang: {
+      replaySafe: true,
+      handler: async (d) => {
+        running++;
+        peak = Math.max(peak, running);
+        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
+        await gate.p;
+        running--;
+      },
+    },
+  }, { concurrency: 3, pageHoldMs: 20 });
+  await w.start();
+  // Pages of the 2 slots, cut after 20 ms: their runs promoted to row
+  // leases, which keep their slots; the third is the last free one.
+  await waitFor("three effects promoted", async () => {
+    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effects WHERE queue = $1 AND state = 'leased'", [q]);
+    return rows[0].n >= 3;
+  });
+  assert.equal(running, 3, "handlers running once three were promoted, concurrency 3");
+  gate.resolve();
+  await waitFor("all completed", async () => {
+    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
+    return rows[0].n === 4;
+  });
+  await w.stop();
+  assert.ok(peak <= 3, `${peak} handlers ran at once, concurrency 3`);
+  for (const id of ids) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
+  assert.deepEqual(w.errors, []);
+});
+
 test("stop cuts a batch page: what did not start goes back unrun, what runs is promoted and given back", { timeout: 60_000 }, async () => {
   const q = await batchQueue();
   const seen = new Map();
