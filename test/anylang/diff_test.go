@@ -74,20 +74,21 @@ var retryAfterText = regexp.MustCompile(` \(retry after [^)]*\)`)
 
 // settledRows is every effect of queue, by type: its state, attempts, last
 // error, which timestamps are set, and each failed attempt
-// (effect_attempts), times and lease tokens left out; nil while an effect
-// is still available or leased.
+// (effect_attempts), times and lease tokens left out, or, for an effect of
+// a batch queue delivered from its batch (no row), its state; nil while an
+// effect is still available or leased.
 func settledRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, queue string) map[string]string {
 	t.Helper()
 	rows, err := pool.Query(ctx, `
-		SELECT e.effect_type, e.state::text,
+		SELECT s.effect_type, s.state::text, CASE WHEN e.id IS NULL THEN format('%s from the batch', s.state) ELSE
 			format('%s attempts=%s/%s error=%s started=%s completed=%s dead=%s reconcile=%s lease=%s owner=%s history=%s',
 				e.state, e.attempts, e.max_attempts, coalesce(e.last_error, '-'),
 				e.delivery_started_at IS NOT NULL, e.completed_at IS NOT NULL, e.dead_lettered_at IS NOT NULL,
 				e.reconciliation_at IS NOT NULL, e.lease_token IS NOT NULL OR e.lease_expires_at IS NOT NULL,
 				e.lease_owner IS NOT NULL,
 				(SELECT coalesce(string_agg(format('%s:%s:%s', a.attempt, a.outcome, coalesce(a.error, '-')), ',' ORDER BY a.seq), '')
-				 FROM pgoutbox.effect_attempts a WHERE a.effect_id = e.id))
-		FROM pgoutbox.effects e WHERE e.queue = $1`, queue)
+				 FROM pgoutbox.effect_attempts a WHERE a.effect_id = e.id)) END
+		FROM pgoutbox.effect_states s LEFT JOIN pgoutbox.effects e ON e.id = s.id WHERE s.queue = $1`, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,10 @@ func settledRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, queue st
 // The same scripted outcomes through the Go Client (durable leases), the
 // TypeScript Worker and the Python example worker (psycopg) leave equal
 // rows: state, attempts, last error (its retry-after spelling aside),
-// which timestamps are set, and the history of failed attempts.
+// which timestamps are set, and the history of failed attempts. On a batch
+// queue, the Go Client's batch loop and the TypeScript Worker's pages
+// (claim_batch, settle_page) leave equal rows too: the same effects
+// delivered from the batch, the same exceptions moved to rows.
 func TestWorkersLeaveEqualRows(t *testing.T) {
 	node := tool(t, "node")
 	py := python(t)
@@ -121,7 +125,12 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 	dir := buildTypeScript(t, ctx)
 	pool, dsn := pgtest.NewPool(t)
 
-	queues := []string{"diff-go", "diff-ts", "diff-py"}
+	queues := []string{"diff-go", "diff-ts", "diff-py", "diff-go-batch", "diff-ts-batch"}
+	for _, q := range []string{"diff-go-batch", "diff-ts-batch"} {
+		if err := pgoutbox.SetStorage(ctx, pool, q, pgoutbox.StorageBatch); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var effects []pgoutbox.Effect
 	for _, q := range queues {
 		for name, s := range diffScript {
@@ -149,7 +158,10 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 			}})
 	}
 	client, err := pgoutbox.NewClient(pool, pgoutbox.Config{
-		Queues:     map[string]pgoutbox.QueueConfig{"diff-go": {Concurrency: 4, RowLockLease: pgoutbox.RowLockLeaseOff}},
+		Queues: map[string]pgoutbox.QueueConfig{
+			"diff-go":       {Concurrency: 4, RowLockLease: pgoutbox.RowLockLeaseOff},
+			"diff-go-batch": {Concurrency: 4, RowLockLease: pgoutbox.RowLockLeaseOff, Storage: pgoutbox.StorageBatch},
+		},
 		BackoffCap: time.Second,
 		Types:      types,
 		Logger:     slog.New(slog.DiscardHandler), // every failure here is scripted
@@ -178,6 +190,7 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 		args             []string
 	}{
 		{"diff-ts", dir, node, []string{"test/diff-worker.mjs"}},
+		{"diff-ts-batch", dir, node, []string{"test/diff-worker.mjs"}},
 		{"diff-py", here, py, []string{"diff_worker.py"}},
 	} {
 		cmd := exec.CommandContext(ctx, p.name, p.args...)
@@ -221,6 +234,14 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 		}
 		if py != g {
 			t.Errorf("%s through Python:\n  %s\nthrough Go:\n  %s", name, py, g)
+		}
+	}
+	report.WriteString("batch storage:\n")
+	for _, name := range names {
+		g, ts := got["diff-go-batch"][name], got["diff-ts-batch"][name]
+		fmt.Fprintf(&report, "%s: %s\n", name, g)
+		if ts != g {
+			t.Errorf("%s through TypeScript, batch storage:\n  %s\nthrough Go:\n  %s", name, ts, g)
 		}
 	}
 	t.Logf("rows (equal through Go, TypeScript and Python):\n%s", report.String())
