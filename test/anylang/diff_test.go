@@ -114,9 +114,10 @@ func settledRows(t *testing.T, ctx context.Context, pool *pgxpool.Pool, queue st
 // TypeScript Worker and the Python example worker (psycopg) leave equal
 // rows: state, attempts, last error (its retry-after spelling aside),
 // which timestamps are set, and the history of failed attempts. On a batch
-// queue, the Go Client's batch loop and the TypeScript Worker's pages
-// (claim_batch, settle_page) leave equal rows too: the same effects
-// delivered from the batch, the same exceptions moved to rows.
+// queue, the Go Client's batch loop, the TypeScript Worker's pages
+// (claim_batch, settle_page) and the Python worker's (claim_batch,
+// settle_batch) leave equal rows too: the same effects delivered from the
+// batch, the same exceptions moved to rows.
 func TestWorkersLeaveEqualRows(t *testing.T) {
 	node := tool(t, "node")
 	py := python(t)
@@ -125,8 +126,8 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 	dir := buildTypeScript(t, ctx)
 	pool, dsn := pgtest.NewPool(t)
 
-	queues := []string{"diff-go", "diff-ts", "diff-py", "diff-go-batch", "diff-ts-batch"}
-	for _, q := range []string{"diff-go-batch", "diff-ts-batch"} {
+	queues := []string{"diff-go", "diff-ts", "diff-py", "diff-go-batch", "diff-ts-batch", "diff-py-batch"}
+	for _, q := range []string{"diff-go-batch", "diff-ts-batch", "diff-py-batch"} {
 		if err := pgoutbox.SetStorage(ctx, pool, q, pgoutbox.StorageBatch); err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +192,7 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 	}{
 		{"diff-ts", dir, node, []string{"test/diff-worker.mjs"}},
 		{"diff-ts-batch", dir, node, []string{"test/diff-worker.mjs"}},
+		{"diff-py-batch", here, py, []string{"diff_worker.py"}},
 		{"diff-py", here, py, []string{"diff_worker.py"}},
 	} {
 		cmd := exec.CommandContext(ctx, p.name, p.args...)
@@ -238,10 +240,13 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 	}
 	report.WriteString("batch storage:\n")
 	for _, name := range names {
-		g, ts := got["diff-go-batch"][name], got["diff-ts-batch"][name]
+		g, ts, py := got["diff-go-batch"][name], got["diff-ts-batch"][name], got["diff-py-batch"][name]
 		fmt.Fprintf(&report, "%s: %s\n", name, g)
 		if ts != g {
 			t.Errorf("%s through TypeScript, batch storage:\n  %s\nthrough Go:\n  %s", name, ts, g)
+		}
+		if py != g {
+			t.Errorf("%s through Python, batch storage:\n  %s\nthrough Go:\n  %s", name, py, g)
 		}
 	}
 	t.Logf("rows (equal through Go, TypeScript and Python):\n%s", report.String())

@@ -5,8 +5,11 @@ more processes for more): it claims under a durable lease, marks a
 non-replay-safe delivery started before its handler runs, extends the
 lease from a second thread while the handler runs, records the outcome,
 recovers the queue's expired leases, and wakes on NOTIFY with a poll
-fallback. The database enforces every rule; the role needs pgoutbox_worker
-and pgoutbox.grant_work on the queue.
+fallback. On a batch storage queue it delivers its replay-safe types a
+page at a time from the batch (claim_batch, settle_batch: no row written
+per effect delivered; docs/any-language.md, "Batch workers"), and the
+rest through the row claim. The database enforces every rule; the role
+needs pgoutbox_worker and pgoutbox.grant_work on the queue.
 
 Run it: DATABASE_URL=... QUEUE=... python3 worker_example.py (it prints each
 record.upsert effect it delivers; POLL_SECONDS sets the poll fallback).
@@ -58,12 +61,14 @@ def classify(err, replay_safe):
 
 
 class Extender(threading.Thread):
-    """Extends the lease of the delivery in flight every lease / 3."""
+    """Extends the lease of the delivery in flight, or of the batch page in
+    delivery, every lease / 3; a batch lease it cannot extend is lost."""
 
     def __init__(self, conninfo, lease):
         super().__init__(daemon=True)
         self.conn = psycopg.connect(conninfo, autocommit=True)
-        self.lease, self.fence, self.lock = lease, None, threading.Lock()
+        self.lease, self.fence, self.batch, self.lock = lease, None, None, threading.Lock()
+        self.lost = threading.Event()
         self.done = threading.Event()
 
     def run(self):
@@ -74,6 +79,9 @@ class Extender(threading.Thread):
                     self.conn.execute(
                         "SELECT * FROM pgoutbox.extend(%s, %s, %s, %s)", ([i], [token], [effect_type], self.lease)
                     )
+                if self.batch and not self.conn.execute(
+                        "SELECT pgoutbox.extend_batch(%s, %s, %s, %s)", (*self.batch, self.lease)).fetchone()[0]:
+                    self.lost.set()
 
 
 def deliver(conn, extender, row, handlers, backoff_cap):
@@ -108,13 +116,72 @@ def deliver(conn, extender, row, handlers, backoff_cap):
     )
 
 
+class Page:
+    """Sizes batch pages: as many effects as the handlers' recent pace runs
+    in half of hold, from 1 to most."""
+
+    def __init__(self, most, hold):
+        self.most, self.hold, self.pace = most, hold, None
+
+    def size(self):
+        if self.pace is None:
+            return 1
+        return max(1, min(self.most, int(self.hold / 2 / max(self.pace, 1e-6))))
+
+    def ran(self, seconds):
+        self.pace = seconds if self.pace is None else 0.8 * self.pace + 0.2 * seconds
+
+
+def deliver_page(conn, extender, queue, worker, rows, handlers, backoff_cap, page, stop):
+    """Delivers a batch page (the rows of one claim_batch), one effect after
+    another until page.hold has passed, and settles it in one call: the
+    effects not started then move unrun to the row storage."""
+    batch_id, token, through = rows[0][:3]
+    extender.lost.clear()
+    with extender.lock:
+        extender.batch = (queue, batch_id, token)
+    delivered, failed, outcomes, errors, afters = [], [], [], [], []
+    deadline = time.monotonic() + page.hold
+    try:
+        for row in rows:
+            if stop.is_set() or extender.lost.is_set() or time.monotonic() >= deadline:
+                break
+            effect_id, effect_type, key, payload, attempt, max_attempts = row[3:]
+            started = time.monotonic()
+            try:
+                handlers[effect_type][1](effect_id, key, payload, attempt, max_attempts)
+                delivered.append(effect_id)
+            except Exception as e:  # noqa: BLE001 (every failure is routed)
+                outcome, after, text = classify(e, True)
+                failed.append(effect_id)
+                outcomes.append(outcome)
+                errors.append(text[:2000])
+                afters.append(after)
+            page.ran(time.monotonic() - started)
+    finally:
+        with extender.lock:
+            extender.batch = None
+    if extender.lost.is_set():
+        return  # another worker took the batch over: the outcomes are not ours
+    conn.execute(
+        "SELECT pgoutbox.settle_batch(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (queue, batch_id, token, through, worker, delivered, failed, outcomes, errors,
+         afters if any(a is not None for a in afters) else [], backoff_cap),
+    )
+
+
 def work(conninfo, queue, handlers, stop, lease=timedelta(seconds=30), poll=1.0,
-         backoff_cap=timedelta(seconds=300), recover_every=5.0, ready=None):
+         backoff_cap=timedelta(seconds=300), recover_every=5.0, ready=None, page_size=100, page_hold=1.0):
     """Works queue until stop (a threading.Event) is set. handlers maps an
     effect type to (replay_safe, fn(id, key, payload, attempt, max_attempts));
     ready, when given, is called once, when the worker first waits (it
-    listens, and found nothing to claim)."""
+    listens, and found nothing to claim). On a batch storage queue the
+    replay-safe types are delivered from the batch in pages of at most
+    page_size effects, each settled within about page_hold seconds (a
+    handler that runs longer holds its page until it returns)."""
     worker = f"{socket.gethostname()}-{os.getpid()}-py"
+    safe = sorted(t for t, (replay_safe, _) in handlers.items() if replay_safe)
+    page = Page(page_size, page_hold)
     extender = Extender(conninfo, lease)
     extender.start()
     with psycopg.connect(conninfo, autocommit=True) as conn, \
@@ -125,11 +192,22 @@ def work(conninfo, queue, handlers, stop, lease=timedelta(seconds=30), poll=1.0,
             if time.monotonic() - recovered >= recover_every:
                 conn.execute("SELECT count(*) FROM pgoutbox.recover_expired(%s)", (queue,))
                 recovered = time.monotonic()
+            rows = conn.execute(
+                "SELECT batch_id, batch_token, through, id, effect_type, idempotency_key, payload, attempt,"
+                " max_attempts FROM pgoutbox.claim_batch(%s, %s, %s, %s, %s)",
+                (queue, worker, safe, page.size(), lease)).fetchall() if safe else []
+            if rows:
+                deliver_page(conn, extender, queue, worker, rows, handlers, backoff_cap, page, stop)
+            # Then one effect of the row storage (retries, other types), so
+            # that a backlog of pages does not starve it. A worker that
+            # delivers the batches claims rows only: claim would otherwise
+            # move the stream's pages into rows.
             row = conn.execute(
                 "SELECT id, effect_type, idempotency_key, payload, attempt, max_attempts, lease_token"
-                " FROM pgoutbox.claim(%s, %s, 1, %s)", (queue, worker, lease)).fetchone()
+                " FROM pgoutbox.claim(%s, %s, 1, %s, %s)", (queue, worker, lease, not safe)).fetchone()
             if row:
                 deliver(conn, extender, row, handlers, backoff_cap)
+            if rows or row:
                 continue
             # Nothing to do: wait for a notification, or poll.
             if ready:
