@@ -228,25 +228,16 @@ func TestWorkersLeaveEqualRows(t *testing.T) {
 	}
 	sort.Strings(names)
 	var report strings.Builder
-	for _, name := range names {
-		g, ts, py := got["diff-go"][name], got["diff-ts"][name], got["diff-py"][name]
-		fmt.Fprintf(&report, "%s: %s\n", name, g)
-		if ts != g {
-			t.Errorf("%s through TypeScript:\n  %s\nthrough Go:\n  %s", name, ts, g)
-		}
-		if py != g {
-			t.Errorf("%s through Python:\n  %s\nthrough Go:\n  %s", name, py, g)
-		}
-	}
-	report.WriteString("batch storage:\n")
-	for _, name := range names {
-		g, ts, py := got["diff-go-batch"][name], got["diff-ts-batch"][name], got["diff-py-batch"][name]
-		fmt.Fprintf(&report, "%s: %s\n", name, g)
-		if ts != g {
-			t.Errorf("%s through TypeScript, batch storage:\n  %s\nthrough Go:\n  %s", name, ts, g)
-		}
-		if py != g {
-			t.Errorf("%s through Python, batch storage:\n  %s\nthrough Go:\n  %s", name, py, g)
+	for _, storage := range []string{"", "-batch"} {
+		fmt.Fprintf(&report, "storage %s:\n", map[string]string{"": "rows", "-batch": "batch"}[storage])
+		for _, name := range names {
+			g := got["diff-go"+storage][name]
+			fmt.Fprintf(&report, "%s: %s\n", name, g)
+			for _, lang := range []string{"ts", "py"} {
+				if other := got["diff-"+lang+storage][name]; other != g {
+					t.Errorf("%s through %s%s:\n  %s\nthrough Go:\n  %s", name, lang, storage, other, g)
+				}
+			}
 		}
 	}
 	t.Logf("rows (equal through Go, TypeScript and Python):\n%s", report.String())

@@ -84,42 +84,50 @@ function deferred() {
   return { p, resolve };
 }
 
+// tally wraps inner (default: a turn of the event loop) in a handler that
+// counts its calls per effect and the most that ran at once.
+function tally(inner = () => new Promise((r) => setImmediate(r))) {
+  const t = { seen: new Map(), running: 0, peak: 0 };
+  t.handler = async (d) => {
+    t.running++;
+    t.peak = Math.max(t.peak, t.running);
+    t.seen.set(d.id, (t.seen.get(d.id) ?? 0) + 1);
+    try {
+      await inner(d);
+    } finally {
+      t.running--;
+    }
+  };
+  return t;
+}
+
+// completed counts the queue's completed effects, of either storage.
+async function completed(q) {
+  const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
+  return rows[0].n;
+}
+
 test("delivers every effect once, at most concurrency at a time", { timeout: 60_000 }, async () => {
   const q = await newQueue();
   const ids = [];
   for (let i = 0; i < 20; i++) ids.push(await put(q, "note", `k${i}`));
-  const seen = new Map();
-  let running = 0;
-  let peak = 0;
-  const w = newWorker(q, {
-    note: {
-      replaySafe: true,
-      handler: async (d) => {
-        running++;
-        peak = Math.max(peak, running);
-        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
-        assert.deepEqual(d.payload, { k: d.key });
-        assert.equal(d.attempt, 1);
-        await new Promise((r) => setImmediate(r));
-        running--;
-      },
-    },
-  }, { concurrency: 4 });
-  await w.start();
-  await waitFor("all completed", async () => {
-    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effects WHERE queue = $1 AND state = 'completed'", [q]);
-    return rows[0].n === 20;
+  const t = tally(async (d) => {
+    assert.deepEqual(d.payload, { k: d.key });
+    assert.equal(d.attempt, 1);
+    await new Promise((r) => setImmediate(r));
   });
+  const w = newWorker(q, { note: { replaySafe: true, handler: t.handler } }, { concurrency: 4 });
+  await w.start();
+  await waitFor("all completed", async () => (await completed(q)) === 20);
   await w.stop();
-  assert.equal(seen.size, 20);
-  for (const [id, n] of seen) assert.equal(n, 1, `effect ${id} delivered ${n} times`);
-  assert.ok(peak <= 4, `${peak} handlers ran at once, concurrency 4`);
+  assert.equal(t.seen.size, 20);
+  for (const [id, n] of t.seen) assert.equal(n, 1, `effect ${id} delivered ${n} times`);
+  assert.ok(t.peak <= 4, `${t.peak} handlers ran at once, concurrency 4`);
   assert.deepEqual(w.errors, []);
 });
 
 test("delivers a batch queue's replay-safe effects from the batch, writing no row for them", { timeout: 60_000 }, async () => {
-  const q = await newQueue();
-  await owner.query("INSERT INTO pgoutbox.queue_storage (queue, storage) VALUES ($1, 'batch')", [q]);
+  const q = await batchQueue();
   const ids = [];
   for (let i = 0; i < 30; i++) ids.push(await put(q, "note", `k${i}`, { orderingKey: i < 3 ? "o" : undefined }));
   const flaky = await put(q, "note", "flaky");
@@ -137,10 +145,7 @@ test("delivers a batch queue's replay-safe effects from the batch, writing no ro
     once: { handler: async (d) => { seen.set(d.id, (seen.get(d.id) ?? 0) + 1); } },
   }, { concurrency: 4 });
   await w.start();
-  await waitFor("all completed", async () => {
-    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
-    return rows[0].n === 32;
-  });
+  await waitFor("all completed", async () => (await completed(q)) === 32);
   await w.stop();
   for (const id of [...ids, once]) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
   assert.equal(seen.get(flaky), 2, "the failed effect is retried once");
@@ -178,29 +183,13 @@ async function batchQueue() {
 test("runs batch pages larger than its slots, concurrency - 1 handlers at once", { timeout: 60_000 }, async () => {
   const q = await batchQueue();
   const ids = await putMany(q, Array.from({ length: 300 }, (_, i) => ["note", `k${i}`]));
-  const seen = new Map();
-  let running = 0;
-  let peak = 0;
-  const w = newWorker(q, {
-    note: {
-      replaySafe: true,
-      handler: async (d) => {
-        running++;
-        peak = Math.max(peak, running);
-        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
-        await new Promise((r) => setImmediate(r));
-        running--;
-      },
-    },
-  }, { concurrency: 3 });
+  const t = tally();
+  const w = newWorker(q, { note: { replaySafe: true, handler: t.handler } }, { concurrency: 3 });
   await w.start();
-  await waitFor("all completed", async () => {
-    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
-    return rows[0].n === 300;
-  });
+  await waitFor("all completed", async () => (await completed(q)) === 300);
   await w.stop();
-  for (const id of ids) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
-  assert.ok(peak <= 2, `${peak} handlers of a page ran at once, concurrency 3 (one slot stays for the row claim)`);
+  for (const id of ids) assert.equal(t.seen.get(id), 1, `effect ${id} delivered ${t.seen.get(id)} times`);
+  assert.ok(t.peak <= 2, `${t.peak} handlers of a page ran at once, concurrency 3 (one slot stays for the row claim)`);
   const { rows: moved } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effects WHERE queue = $1", [q]);
   assert.equal(moved[0].n, 0, "no effect written to the row storage");
   // One stream_settled row per page: pages of the 2 slots would be 150.
@@ -214,19 +203,13 @@ test("promotes a page's slow handler at pageHoldMs and finishes it under a lease
   const [slow, ...fast] = await putMany(q, [["note", "slow"], ["note", "f1"], ["note", "f2"], ["note", "f3"]]);
   const gate = deferred();
   const started = deferred();
-  const seen = new Map();
-  const w = newWorker(q, {
-    note: {
-      replaySafe: true,
-      handler: async (d) => {
-        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
-        if (d.key === "slow") {
-          started.resolve();
-          await gate.p;
-        }
-      },
-    },
-  }, { concurrency: 5, pageHoldMs: 50 });
+  const t = tally(async (d) => {
+    if (d.key === "slow") {
+      started.resolve();
+      await gate.p;
+    }
+  });
+  const w = newWorker(q, { note: { replaySafe: true, handler: t.handler } }, { concurrency: 5, pageHoldMs: 50 });
   await w.start();
   await started.p;
   // The page settled without it: its row is leased to the worker.
@@ -243,7 +226,7 @@ test("promotes a page's slow handler at pageHoldMs and finishes it under a lease
   await waitFor("the slow effect completed", async () => (await row(slow)).state === "completed");
   await w.stop();
   assert.equal((await row(slow)).attempts, 1);
-  for (const id of [slow, ...fast]) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
+  for (const id of [slow, ...fast]) assert.equal(t.seen.get(id), 1, `effect ${id} delivered ${t.seen.get(id)} times`);
   assert.deepEqual(w.errors, []);
 });
 
@@ -251,21 +234,8 @@ test("promoted runs keep their slots: no more than concurrency handlers at once"
   const q = await batchQueue();
   const ids = await putMany(q, [["hang", "h0"], ["hang", "h1"], ["hang", "h2"], ["hang", "h3"]]);
   const gate = deferred();
-  const seen = new Map();
-  let running = 0;
-  let peak = 0;
-  const w = newWorker(q, {
-    hang: {
-      replaySafe: true,
-      handler: async (d) => {
-        running++;
-        peak = Math.max(peak, running);
-        seen.set(d.id, (seen.get(d.id) ?? 0) + 1);
-        await gate.p;
-        running--;
-      },
-    },
-  }, { concurrency: 3, pageHoldMs: 20 });
+  const t = tally(() => gate.p);
+  const w = newWorker(q, { hang: { replaySafe: true, handler: t.handler } }, { concurrency: 3, pageHoldMs: 20 });
   await w.start();
   // Pages of the 2 slots, cut after 20 ms: their runs promoted to row
   // leases, which keep their slots; the third is the last free one.
@@ -273,15 +243,12 @@ test("promoted runs keep their slots: no more than concurrency handlers at once"
     const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effects WHERE queue = $1 AND state = 'leased'", [q]);
     return rows[0].n >= 3;
   });
-  assert.equal(running, 3, "handlers running once three were promoted, concurrency 3");
+  assert.equal(t.running, 3, "handlers running once three were promoted, concurrency 3");
   gate.resolve();
-  await waitFor("all completed", async () => {
-    const { rows } = await owner.query("SELECT count(*)::int AS n FROM pgoutbox.effect_states WHERE queue = $1 AND state = 'completed'", [q]);
-    return rows[0].n === 4;
-  });
+  await waitFor("all completed", async () => (await completed(q)) === 4);
   await w.stop();
-  assert.ok(peak <= 3, `${peak} handlers ran at once, concurrency 3`);
-  for (const id of ids) assert.equal(seen.get(id), 1, `effect ${id} delivered ${seen.get(id)} times`);
+  assert.ok(t.peak <= 3, `${t.peak} handlers ran at once, concurrency 3`);
+  for (const id of ids) assert.equal(t.seen.get(id), 1, `effect ${id} delivered ${t.seen.get(id)} times`);
   assert.deepEqual(w.errors, []);
 });
 
