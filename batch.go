@@ -62,15 +62,22 @@ func (c *Client) recordStorage(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgoutbox: read the queues' storage: %w", err)
 	}
+	streams, err := store.StreamQueues(ctx, c.pool, names)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: read the queues' streams: %w", err)
+	}
 	for name, q := range c.queues {
 		q.batch = batch[name]
+		q.drain = !q.batch && streams[name]
 	}
 	return nil
 }
 
 // runBatches is a batch queue's batch loop: claim (or tick and claim) a
 // batch and deliver it; when there is none, wait for a NOTIFY or the poll
-// interval (activePollInterval while the queue is active).
+// interval (activePollInterval while the queue is active). A queue of row
+// storage with effects in the stream (drain) runs it until the stream has
+// none of its effects left: their batches settled and rotated out.
 func (q *queueWorker) runBatches(ctx context.Context) {
 	poll := time.NewTimer(q.c.cfg.PollInterval)
 	defer poll.Stop()
@@ -89,6 +96,9 @@ func (q *queueWorker) runBatches(ctx context.Context) {
 			continue
 		}
 		q.claimSucceeded(&retry)
+		if q.drain && !q.streamLeft(ctx) {
+			return
+		}
 		wait := q.activeWait(lastActive)
 		if !poll.Stop() {
 			select {
@@ -105,6 +115,15 @@ func (q *queueWorker) runBatches(ctx context.Context) {
 		case <-poll.C:
 		}
 	}
+}
+
+// streamLeft reports whether the queue has effects in the stream (true
+// when that cannot be read: the loop goes on).
+func (q *queueWorker) streamLeft(ctx context.Context) bool {
+	cctx, cancel := finishCtx(ctx)
+	defer cancel()
+	left, err := store.StreamQueues(cctx, q.c.pool, []string{q.name})
+	return err != nil || left[q.name]
 }
 
 // tickTimeout bounds a tick (store.Tick), which reads every row committed

@@ -597,3 +597,44 @@ func TestSQLBatchWorkerPromotesRunning(t *testing.T) {
 		t.Errorf("the promoted effect after complete: %q, want completed 1", got)
 	}
 }
+
+// TestSQLBatchWorkerSwitchedBackToRows: a queue switched from batch
+// storage back to rows before its stream's last effects were ticked still
+// has them delivered by SQL workers (migration 00033): claim_batch ticks
+// and delivers them from the batch, and pgoutbox.claim moves them into rows.
+func TestSQLBatchWorkerSwitchedBackToRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.batchQueues(t, "back1", "back2")
+	one := b.enqueueSQL(t, "back1", [2]string{"t", ""}, [2]string{"t", ""})
+	two := b.enqueueSQL(t, "back2", [2]string{"t", ""})
+	for _, q := range []string{"back1", "back2"} {
+		if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageRows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leases, err := b.claimBatchAs(t, "", "back1", 100, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, l := range leases {
+		got = append(got, l.ID)
+	}
+	if !slices.Equal(got, one) {
+		t.Fatalf("claim_batch on the switched queue returned %v, want its stream's %v", got, one)
+	}
+	if !b.settleBatch(t, "back1", leases, nil) {
+		t.Fatal("settle_batch: lease lost")
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE queue = 'back1' AND state = 'completed'`); n != 2 {
+		t.Errorf("%d effects of back1 completed, want 2", n)
+	}
+	rl, err := b.claimAs(t, "", "back2", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rl) != 1 || rl[0].ID != two[0] {
+		t.Fatalf("claim on the switched queue took %v, want its stream's effect %d", rl, two[0])
+	}
+}

@@ -809,3 +809,49 @@ func (p *concurrencyProbe) releaseAll(t *testing.T, b *bundle, n int) {
 		p.release <- struct{}{}
 	}
 }
+
+// TestBatchStorageSwitchedBackToRows: a queue switched from batch storage
+// back to rows has its stream's effects delivered by a Client that starts
+// with Storage rows (the next deployment's), from their batches, once each;
+// they were never delivered before (no Client ran a batch loop for a queue
+// of row storage). What is enqueued after the switch goes to rows.
+func TestBatchStorageSwitchedBackToRows(t *testing.T) {
+	b := setup(t)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "back", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "back", Type: "ok", Key: "s1"},
+		pgoutbox.Effect{Queue: "back", Type: "ok", Key: "s2", OrderingKey: "o"},
+		pgoutbox.Effect{Queue: "back", Type: "ok", Key: "s3", OrderingKey: "o"})
+	seen := newCounter()
+	b.startClient(t, pgoutbox.Config{
+		Queues: map[string]pgoutbox.QueueConfig{"back": {Storage: pgoutbox.StorageRows, Concurrency: 4}},
+		Types: []pgoutbox.EffectType{{Name: "ok", ReplaySafe: true,
+			Handler: func(_ context.Context, d *pgoutbox.Delivery) error { seen.add(d); return nil }}},
+	})
+	ids = append(ids, b.enqueue(t, pgoutbox.Effect{Queue: "back", Type: "ok", Key: "r1"})...)
+	b.waitFor(t, "every effect completed", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE queue = 'back' AND state = 'completed'`) == 4
+	})
+	for _, id := range ids {
+		if n := seen.count(id); n != 1 {
+			t.Errorf("effect %d delivered %d times, want once", id, n)
+		}
+	}
+	if got := seen.order["o"]; !slices.Equal(got, ids[1:3]) {
+		t.Errorf("ordering key o delivered %v, want %v", got, ids[1:3])
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream WHERE queue = 'back'`); n != 3 {
+		t.Errorf("%d stream rows, want the 3 enqueued before the switch", n)
+	}
+	// Rows: the one enqueued after the switch, and o's second effect, moved
+	// behind its key's head as every batch page moves a key's later effects.
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'back' AND id = ANY($1)`,
+		[]int64{ids[2], ids[3]}); n != 2 {
+		t.Errorf("%d of effects %d and %d in pgoutbox.effects, want both", n, ids[2], ids[3])
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'back' AND id = ANY($1)`,
+		[]int64{ids[0], ids[1]}); n != 0 {
+		t.Errorf("%d of effects %d and %d in pgoutbox.effects, want them delivered from the batch", n, ids[0], ids[1])
+	}
+}

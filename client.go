@@ -137,7 +137,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		for _, q := range c.queues {
 			c.life.Go(q.run)
-			if q.batch {
+			if q.batch || q.drain {
 				c.life.Go(q.runBatches)
 			}
 		}

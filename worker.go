@@ -48,6 +48,10 @@ type queueWorker struct {
 	// batchWake.
 	batch     bool
 	batchWake chan struct{}
+	// drain is set when the queue's storage is rows but its stream has
+	// effects (it was switched back from batch): the batch loop runs until
+	// the stream has none of the queue's effects left.
+	drain bool
 	// runContexts counts the batch deliveries' contexts not yet cancelled
 	// (each hangs on the Client's work context until it is).
 	runContexts atomic.Int64

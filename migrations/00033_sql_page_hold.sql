@@ -25,6 +25,16 @@
 --   * The promoted row is written by the Go settle's own statement
 --     (pgoutbox.work_move_rows, store.moveSQL), with Go's Move for a
 --     promoted run: leased, attempts 1, its own token and lease.
+--
+-- A queue switched from batch storage back to rows keeps the effects its
+-- stream holds: claim_batch and stream_to_rows (pgoutbox.claim's) went on
+-- delivering its open batches, but never ticked the effects committed
+-- after the last tick, which no worker then delivered. They now serve a
+-- queue whose storage is rows while the stream holds any effect of it
+-- (delivered, to deliver or not yet ticked, until its generation is
+-- rotated out), as the Go Client's batch loop does (store.StreamQueues):
+-- each is created again from its definition with that one condition
+-- changed.
 
 -- stream_settle_page (migration 00032) with p_tokens, the lease token of
 -- each of p_ids whose state is leased (NULL for the others, or empty: none
@@ -241,6 +251,30 @@ END;
 $$;
 -- +goose StatementEnd
 
+-- +goose StatementBegin
+DO $do$
+DECLARE
+    f     record;
+    v_def text;
+    v_new text;
+BEGIN
+    FOR f IN
+        SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'pgoutbox' AND p.proname IN ('claim_batch', 'stream_to_rows')
+    LOOP
+        v_def := pg_catalog.pg_get_functiondef(f.oid);
+        v_new := pg_catalog.regexp_replace(v_def,
+            'NOT EXISTS \(SELECT 1 FROM pgoutbox\.stream_batches x WHERE x\.queue = ([a-z_.]+) AND x\.done_at IS NULL\)',
+            'NOT EXISTS (SELECT 1 FROM pgoutbox.stream x WHERE x.queue = \1)');
+        IF v_new = v_def THEN
+            RAISE EXCEPTION 'pgoutbox 00033: % has no open-batch condition to change', f.oid::regprocedure;
+        END IF;
+        EXECUTE v_new;
+    END LOOP;
+END;
+$do$;
+-- +goose StatementEnd
+
 REVOKE EXECUTE ON FUNCTION pgoutbox.stream_settle_page(text, bigint, uuid, bigint, boolean, text, pgoutbox.stream[],
     bigint[], bigint[], text[], integer[], float8[], text[], uuid[], float8) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgoutbox.settle_page(text, bigint, uuid, bigint, text, bigint[], bigint[], text[], text[],
@@ -258,6 +292,25 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+-- +goose StatementBegin
+DO $do$
+DECLARE
+    f     record;
+    v_def text;
+BEGIN
+    FOR f IN
+        SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'pgoutbox' AND p.proname IN ('claim_batch', 'stream_to_rows')
+    LOOP
+        v_def := pg_catalog.regexp_replace(pg_catalog.pg_get_functiondef(f.oid),
+            'NOT EXISTS \(SELECT 1 FROM pgoutbox\.stream x WHERE x\.queue = ([a-z_.]+)\)',
+            'NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = \1 AND x.done_at IS NULL)');
+        EXECUTE v_def;
+    END LOOP;
+END;
+$do$;
+-- +goose StatementEnd
+
 -- The settle without promoted leases, as migration 00032 wrote it.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION pgoutbox.stream_settle_page(p_queue text, p_batch bigint, p_token uuid, p_through bigint,

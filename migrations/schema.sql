@@ -65,7 +65,7 @@ BEGIN
         OR EXISTS (SELECT FROM unnest(claim_batch.effect_types) t WHERE t IS NULL OR octet_length(t) NOT BETWEEN 1 AND 128),
         'effect_types', 'must be 1 to 100 type names of 1-128 bytes');
     IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = claim_batch.queue AND s.storage = 'batch')
-       AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = claim_batch.queue AND x.done_at IS NULL) THEN
+       AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream x WHERE x.queue = claim_batch.queue) THEN
         RETURN;
     END IF;
     WHILE v_pages < 4 LOOP
@@ -1786,7 +1786,7 @@ DECLARE
     v_add   bigint[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = p_queue AND s.storage = 'batch')
-       AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream_batches x WHERE x.queue = p_queue AND x.done_at IS NULL) THEN
+       AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream x WHERE x.queue = p_queue) THEN
         RETURN 0;
     END IF;
     IF EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = p_queue) THEN

@@ -48,9 +48,27 @@ func SetStorage(ctx context.Context, db DBTX, queues, storages []string, lanes [
 const batchQueuesSQL = `
 SELECT queue FROM pgoutbox.queue_storage WHERE storage = 'batch' AND queue = ANY($1::text[])`
 
+// streamQueuesSQL: which of $1 have a row in pgoutbox.stream (one probe of
+// stream_xid_idx each).
+const streamQueuesSQL = `
+SELECT q FROM unnest($1::text[]) AS q
+WHERE EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q)`
+
 // BatchQueues returns which of queues use batch storage.
 func BatchQueues(ctx context.Context, db DBTX, queues []string) (map[string]bool, error) {
-	rows, err := db.Query(ctx, batchQueuesSQL, queues)
+	return queueSet(ctx, db, batchQueuesSQL, queues)
+}
+
+// StreamQueues returns which of queues have effects in pgoutbox.stream, to
+// deliver or settled and not yet rotated out: a queue switched from batch
+// storage back to rows is delivered from its stream until it has none.
+func StreamQueues(ctx context.Context, db DBTX, queues []string) (map[string]bool, error) {
+	return queueSet(ctx, db, streamQueuesSQL, queues)
+}
+
+// queueSet runs sql, which selects queue names of $1 (queues).
+func queueSet(ctx context.Context, db DBTX, sql string, queues []string) (map[string]bool, error) {
+	rows, err := db.Query(ctx, sql, queues)
 	if err != nil {
 		return nil, MapError(err)
 	}
