@@ -30,7 +30,10 @@ import (
 // QueueConfig names one does when it starts: for a program that enqueues
 // before any such Client of the queue has started (until then its effects
 // go to the row storage, where a batch queue's Client still delivers
-// them). It changes nothing already enqueued.
+// them). It changes nothing already enqueued: a queue switched back to
+// StorageRows is still delivered from its stream until the stream holds
+// none of its effects, and running Clients read the new storage at their
+// next sweep.
 func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
 	if queue == "" || (s != StorageRows && s != StorageBatch) {
 		return fmt.Errorf("pgoutbox: SetStorage(%q, %q): want a queue and %q or %q", queue, s, StorageRows, StorageBatch)
@@ -42,8 +45,9 @@ func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
 }
 
 // recordStorage writes the storage of the queues that name one and reads
-// which of the client's queues use batch storage.
-func (c *Client) recordStorage(ctx context.Context) error {
+// which of the client's queues use batch storage (readStorage): it returns
+// the queues whose batch loop should run.
+func (c *Client) recordStorage(ctx context.Context) ([]*queueWorker, error) {
 	names := slices.Sorted(maps.Keys(c.queues))
 	var queues, storages []string
 	var lanes []int32
@@ -55,22 +59,52 @@ func (c *Client) recordStorage(ctx context.Context) error {
 	}
 	if len(queues) > 0 {
 		if err := store.SetStorage(ctx, c.pool, queues, storages, lanes); err != nil {
-			return fmt.Errorf("pgoutbox: record the queues' storage: %w", err)
+			return nil, fmt.Errorf("pgoutbox: record the queues' storage: %w", err)
 		}
 	}
-	batch, err := store.BatchQueues(ctx, c.pool, names)
+	return c.readStorage(ctx)
+}
+
+// readStorage reads which of the client's queues use batch storage and
+// which have effects in the stream, and returns the queues whose batch
+// loop should run and does not.
+func (c *Client) readStorage(ctx context.Context) ([]*queueWorker, error) {
+	names := slices.Sorted(maps.Keys(c.queues))
+	streams, err := store.QueueStreams(ctx, c.pool, names)
 	if err != nil {
-		return fmt.Errorf("pgoutbox: read the queues' storage: %w", err)
+		return nil, fmt.Errorf("pgoutbox: read the queues' storage: %w", err)
 	}
-	streams, err := store.StreamQueues(ctx, c.pool, names)
-	if err != nil {
-		return fmt.Errorf("pgoutbox: read the queues' streams: %w", err)
+	var start []*queueWorker
+	for _, name := range names {
+		q, s := c.queues[name], streams[name]
+		q.batch.Store(s.Batch)
+		if (s.Batch || s.Stream) && !q.batchLoop.Load() {
+			start = append(start, q)
+		}
 	}
-	for name, q := range c.queues {
-		q.batch = batch[name]
-		q.drain = !q.batch && streams[name]
+	return start, nil
+}
+
+// startBatches starts the batch loop of each of qs that runs none.
+func (c *Client) startBatches(qs []*queueWorker) {
+	for _, q := range qs {
+		if q.batchLoop.CompareAndSwap(false, true) {
+			c.life.Go(func(ctx context.Context) {
+				defer q.batchLoop.Store(false)
+				q.runBatches(ctx)
+			})
+		}
 	}
-	return nil
+}
+
+// refreshStorage reads the queues' storage again (a queue switched by
+// SetStorage while the client runs) and starts the batch loops it needs.
+func (c *Client) refreshStorage(p pass) error {
+	start, err := stmt(p, c.readStorage)
+	if err == nil && p.ctx.Err() == nil {
+		c.startBatches(start)
+	}
+	return err
 }
 
 // runBatches is a batch queue's batch loop: claim (or tick and claim) a
@@ -96,7 +130,7 @@ func (q *queueWorker) runBatches(ctx context.Context) {
 			continue
 		}
 		q.claimSucceeded(&retry)
-		if q.drain && !q.streamLeft(ctx) {
+		if !q.batch.Load() && !q.streamLeft(ctx) {
 			return
 		}
 		wait := q.activeWait(lastActive)
@@ -122,8 +156,8 @@ func (q *queueWorker) runBatches(ctx context.Context) {
 func (q *queueWorker) streamLeft(ctx context.Context) bool {
 	cctx, cancel := finishCtx(ctx)
 	defer cancel()
-	left, err := store.StreamQueues(cctx, q.c.pool, []string{q.name})
-	return err != nil || left[q.name]
+	s, err := store.QueueStreams(cctx, q.c.pool, []string{q.name})
+	return err != nil || s[q.name].Stream
 }
 
 // tickTimeout bounds a tick (store.Tick), which reads every row committed

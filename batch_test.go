@@ -814,7 +814,8 @@ func (p *concurrencyProbe) releaseAll(t *testing.T, b *bundle, n int) {
 // back to rows has its stream's effects delivered by a Client that starts
 // with Storage rows (the next deployment's), from their batches, once each;
 // they were never delivered before (no Client ran a batch loop for a queue
-// of row storage). What is enqueued after the switch goes to rows.
+// of row storage). What is enqueued after the switch goes to rows. Once the
+// stream holds none of the queue's effects, its batch loop ends.
 func TestBatchStorageSwitchedBackToRows(t *testing.T) {
 	b := setup(t)
 	if err := pgoutbox.SetStorage(b.ctx, b.pool, "back", pgoutbox.StorageBatch); err != nil {
@@ -824,7 +825,7 @@ func TestBatchStorageSwitchedBackToRows(t *testing.T) {
 		pgoutbox.Effect{Queue: "back", Type: "ok", Key: "s2", OrderingKey: "o"},
 		pgoutbox.Effect{Queue: "back", Type: "ok", Key: "s3", OrderingKey: "o"})
 	seen := newCounter()
-	b.startClient(t, pgoutbox.Config{
+	c := b.startClient(t, pgoutbox.Config{
 		Queues: map[string]pgoutbox.QueueConfig{"back": {Storage: pgoutbox.StorageRows, Concurrency: 4}},
 		Types: []pgoutbox.EffectType{{Name: "ok", ReplaySafe: true,
 			Handler: func(_ context.Context, d *pgoutbox.Delivery) error { seen.add(d); return nil }}},
@@ -853,5 +854,44 @@ func TestBatchStorageSwitchedBackToRows(t *testing.T) {
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'back' AND id = ANY($1)`,
 		[]int64{ids[0], ids[1]}); n != 0 {
 		t.Errorf("%d of effects %d and %d in pgoutbox.effects, want them delivered from the batch", n, ids[0], ids[1])
+	}
+	if !c.BatchLoopRuns("back") {
+		t.Fatal("the batch loop stopped while the stream held the queue's effects")
+	}
+	// As a rotation would: the stream holds none of the queue's effects.
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM pgoutbox.stream WHERE queue = 'back'`); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the batch loop to end", func() bool { return !c.BatchLoopRuns("back") })
+}
+
+// TestBatchStorageSwitchedWhileRunning: a queue switched to batch storage
+// by SetStorage while a Client of it runs (having read rows at its start)
+// has its new effects delivered from the stream: the Client reads the
+// queues' storage again at each sweep and starts the batch loop. Nothing
+// is left undelivered in the stream for want of a restart.
+func TestBatchStorageSwitchedWhileRunning(t *testing.T) {
+	b := setup(t)
+	seen := newCounter()
+	b.startClient(t, pgoutbox.Config{
+		Queues:        map[string]pgoutbox.QueueConfig{"live": {Storage: pgoutbox.StorageRows, Concurrency: 4}},
+		SweepInterval: 20 * time.Millisecond,
+		Types: []pgoutbox.EffectType{{Name: "ok", ReplaySafe: true,
+			Handler: func(_ context.Context, d *pgoutbox.Delivery) error { seen.add(d); return nil }}},
+	})
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "live", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "live", Type: "ok", Key: "a"}, pgoutbox.Effect{Queue: "live", Type: "ok", Key: "b"})
+	b.waitFor(t, "both effects completed", func() bool {
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE id = ANY($1) AND state = 'completed'`, ids) == 2
+	})
+	for _, id := range ids {
+		if n := seen.count(id); n != 1 {
+			t.Errorf("effect %d delivered %d times, want once", id, n)
+		}
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'live'`); n != 0 {
+		t.Errorf("%d rows in pgoutbox.effects, want none: delivered from the batch", n)
 	}
 }

@@ -103,8 +103,10 @@ func (c *Client) Start(ctx context.Context) error {
 		if err := c.registerOrdering(ctx); err != nil {
 			return err
 		}
+		var batches []*queueWorker
 		if len(c.queues) > 0 {
-			if err := c.recordStorage(ctx); err != nil {
+			var err error
+			if batches, err = c.recordStorage(ctx); err != nil {
 				return err
 			}
 		}
@@ -137,10 +139,8 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		for _, q := range c.queues {
 			c.life.Go(q.run)
-			if q.batch || q.drain {
-				c.life.Go(q.runBatches)
-			}
 		}
+		c.startBatches(batches)
 		c.life.Go(c.maintain)
 		c.log.Info("pgoutbox client started", "id", c.cfg.ID, "queues", len(c.queues))
 		return nil
@@ -348,7 +348,11 @@ func (c *Client) maintain(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-sweep:
-			if _, err := c.sweep(p); ctx.Err() == nil {
+			_, err := c.sweep(p)
+			if err == nil && len(c.queues) > 0 {
+				err = c.refreshStorage(p)
+			}
+			if ctx.Err() == nil {
 				sweeps.Report(err)
 			}
 		case <-prune:

@@ -175,9 +175,12 @@ type QueueConfig struct {
 	// Storage is how the queue keeps its effects (docs/batch-storage.md),
 	// recorded in the database when the Client starts, so that every
 	// enqueue and every claimer agrees. Default "" (leave the recorded
-	// choice as it is; a queue never recorded uses StorageRows). A queue
-	// switched back to StorageRows is still delivered from its stream, by
-	// the Client's batch loop, until the stream holds none of its effects.
+	// choice as it is; a queue never recorded uses StorageRows). The Client
+	// reads the recorded storage again at each sweep (SweepInterval), so a
+	// queue switched by SetStorage while it runs is delivered the new way;
+	// a queue switched back to StorageRows is still delivered from its
+	// stream, by the Client's batch loop, until the stream holds none of
+	// its effects.
 	Storage Storage
 	// PageSize is, for a StorageBatch queue, the most effects one page of a
 	// batch reads and settles in one transaction; default PageSizeDefault

@@ -24,6 +24,9 @@ func (c *Client) BatchRunContexts() int64 {
 	return n
 }
 
+// BatchLoopRuns reports whether the batch loop of queue runs.
+func (c *Client) BatchLoopRuns(queue string) bool { return c.queues[queue].batchLoop.Load() }
+
 // ExtendLeasesNow runs one pass of the client's lease extender now.
 func (c *Client) ExtendLeasesNow(ctx context.Context) { c.extendLeases(ctx) }
 

@@ -43,15 +43,14 @@ type queueWorker struct {
 
 	deliverer engine.Deliverer
 
-	// batch is set when the queue's storage is batch (recordStorage): its
-	// batch loop (runBatches) runs beside the row claim loop, woken by
-	// batchWake.
-	batch     bool
+	// batch is set when the queue's storage is batch (recordStorage, and
+	// again at each sweep): its batch loop (runBatches) runs beside the row
+	// claim loop, woken by batchWake. A queue of row storage whose stream
+	// holds effects (switched back from batch) runs it too, until the
+	// stream holds none; batchLoop is set while it runs.
+	batch     atomic.Bool
+	batchLoop atomic.Bool
 	batchWake chan struct{}
-	// drain is set when the queue's storage is rows but its stream has
-	// effects (it was switched back from batch): the batch loop runs until
-	// the stream has none of the queue's effects left.
-	drain bool
 	// runContexts counts the batch deliveries' contexts not yet cancelled
 	// (each hangs on the Client's work context until it is).
 	runContexts atomic.Int64

@@ -45,37 +45,37 @@ func SetStorage(ctx context.Context, db DBTX, queues, storages []string, lanes [
 	return MapError(err)
 }
 
-const batchQueuesSQL = `
-SELECT queue FROM pgoutbox.queue_storage WHERE storage = 'batch' AND queue = ANY($1::text[])`
+// queueStreamsSQL: for each queue of $1, whether its recorded storage is
+// batch, and whether pgoutbox.stream holds any of its effects (a probe of
+// stream_xid_idx).
+const queueStreamsSQL = `
+SELECT q,
+    EXISTS (SELECT 1 FROM pgoutbox.queue_storage s WHERE s.queue = q AND s.storage = 'batch'),
+    EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q)
+FROM unnest($1::text[]) AS q`
 
-// streamQueuesSQL: which of $1 have a row in pgoutbox.stream (one probe of
-// stream_xid_idx each).
-const streamQueuesSQL = `
-SELECT q FROM unnest($1::text[]) AS q
-WHERE EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q)`
-
-// BatchQueues returns which of queues use batch storage.
-func BatchQueues(ctx context.Context, db DBTX, queues []string) (map[string]bool, error) {
-	return queueSet(ctx, db, batchQueuesSQL, queues)
+// QueueStream is what a Client's batch loop of a queue needs to know.
+type QueueStream struct {
+	// Batch is set when the queue's recorded storage is batch.
+	Batch bool
+	// Stream is set when pgoutbox.stream holds effects of the queue, to
+	// deliver or settled and not yet rotated out: a queue switched from
+	// batch storage back to rows is delivered from its stream until it
+	// holds none.
+	Stream bool
 }
 
-// StreamQueues returns which of queues have effects in pgoutbox.stream, to
-// deliver or settled and not yet rotated out: a queue switched from batch
-// storage back to rows is delivered from its stream until it has none.
-func StreamQueues(ctx context.Context, db DBTX, queues []string) (map[string]bool, error) {
-	return queueSet(ctx, db, streamQueuesSQL, queues)
-}
-
-// queueSet runs sql, which selects queue names of $1 (queues).
-func queueSet(ctx context.Context, db DBTX, sql string, queues []string) (map[string]bool, error) {
-	rows, err := db.Query(ctx, sql, queues)
+// QueueStreams returns, for each of queues, its QueueStream.
+func QueueStreams(ctx context.Context, db DBTX, queues []string) (map[string]QueueStream, error) {
+	rows, err := db.Query(ctx, queueStreamsSQL, queues)
 	if err != nil {
 		return nil, MapError(err)
 	}
-	out := map[string]bool{}
+	out := map[string]QueueStream{}
 	var q string
-	_, err = pgx.ForEachRow(rows, []any{&q}, func() error {
-		out[q] = true
+	var qs QueueStream
+	_, err = pgx.ForEachRow(rows, []any{&q, &qs.Batch, &qs.Stream}, func() error {
+		out[q] = qs
 		return nil
 	})
 	return out, MapError(err)
