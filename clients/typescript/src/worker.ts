@@ -110,6 +110,8 @@ export interface ListenClient {
   on(event: "notification", fn: (n: { channel: string; payload?: string }) => void): unknown;
   on(event: "error", fn: (err: Error) => void): unknown;
   removeAllListeners(event?: string): unknown;
+  /** node-postgres' (EventEmitter's); when present, the Worker takes its error listener off a connection it gives back. */
+  removeListener?(event: "error", fn: (err: Error) => void): unknown;
   release(err?: Error | boolean): void;
 }
 
@@ -240,6 +242,8 @@ export class Worker {
   private wake: (() => void) | undefined;
   private woken = false;
   private listener: ListenClient | undefined;
+  /** Ends the LISTEN of listener and gives its connection back to the pool. */
+  private unlisten: (() => Promise<void>) | undefined;
   private timers: NodeJS.Timeout[] = [];
 
   constructor(pool: WorkerPool, opts: WorkerOptions) {
@@ -321,17 +325,10 @@ export class Worker {
     }
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
-    const l = this.listener;
+    const unlisten = this.unlisten;
     this.listener = undefined;
-    if (l) {
-      l.removeAllListeners("notification");
-      try {
-        await l.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
-        l.release();
-      } catch (err) {
-        l.release(err instanceof Error ? err : true);
-      }
-    }
+    this.unlisten = undefined;
+    await unlisten?.();
   }
 
   private signal(): void {
@@ -343,23 +340,57 @@ export class Worker {
 
   private async listen(): Promise<void> {
     if (this.listener || !this.running) return;
+    let c: ListenClient;
     try {
-      const c = await this.pool.connect();
-      c.on("notification", (n) => {
-        if (n.channel === NOTIFY_CHANNEL && n.payload === this.queue) this.signal();
-      });
-      c.on("error", (err) => {
-        // The poll timer keeps claiming; the next claim round listens again.
-        this.onError(err);
-        if (this.listener === c) this.listener = undefined;
-        c.removeAllListeners("notification");
-        c.release(err);
-      });
-      await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
-      this.listener = c;
+      c = await this.pool.connect();
     } catch (err) {
       this.onError(err);
+      return;
     }
+    let released = false;
+    const release = (err?: Error | boolean): void => {
+      if (released) return;
+      released = true;
+      c.removeAllListeners("notification");
+      c.release(err);
+    };
+    c.on("notification", (n) => {
+      if (n.channel === NOTIFY_CHANNEL && n.payload === this.queue) this.signal();
+    });
+    const onError = (err: Error): void => {
+      // The poll timer keeps claiming; the next claim round listens again.
+      // The connection is destroyed: this listener stays on it.
+      this.onError(err);
+      if (this.listener === c) {
+        this.listener = undefined;
+        this.unlisten = undefined;
+      }
+      release(err);
+    };
+    c.on("error", onError);
+    try {
+      await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
+    } catch (err) {
+      // A failed LISTEN gives its connection back too.
+      this.onError(err);
+      release(err instanceof Error ? err : true);
+      return;
+    }
+    if (released) return;
+    this.listener = c;
+    this.unlisten = async () => {
+      try {
+        await c.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
+      } catch (err) {
+        release(err instanceof Error ? err : true);
+        return;
+      }
+      // Back to the pool, which watches its idle connections itself: one
+      // listener of this Worker more on each connection it took would pile
+      // up over Workers sharing the pool.
+      c.removeListener?.("error", onError);
+      release();
+    };
   }
 
   private async claimLoop(): Promise<void> {

@@ -403,6 +403,34 @@ test("stop finishes running deliveries, claims nothing more, and gives back what
   assert.deepEqual(w2.errors, []);
 });
 
+test("gives its LISTEN connection back to the pool without its listeners", { timeout: 60_000 }, async () => {
+  const q = await newQueue();
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  pool.on("connect", (c) => {
+    c.query(`SET ROLE ${role}`).catch(() => {});
+  });
+  try {
+    // Two connections (a LISTEN and the claims), so the Workers' LISTENs
+    // take the same ones again and again.
+    for (let i = 0; i < 12; i++) {
+      const w = new Worker(pool, { queue: q, types: {}, pollMs: 50, recoverEveryMs: 0, onError: (e) => assert.fail(e) });
+      await w.start();
+      await w.stop();
+    }
+    const cs = [await pool.connect(), await pool.connect()];
+    try {
+      for (const c of cs) {
+        assert.equal(c.listenerCount("error"), 0, "error listeners left on a pooled connection");
+        assert.equal(c.listenerCount("notification"), 0, "notification listeners left on a pooled connection");
+      }
+    } finally {
+      for (const c of cs) c.release();
+    }
+  } finally {
+    await pool.end();
+  }
+});
+
 test("a queue not granted is refused (42501) and nothing changes", { timeout: 30_000 }, async () => {
   const q = `ts-worker-${process.pid}-closed`;
   const id = await put(q, "note", "k");
