@@ -1,8 +1,9 @@
 /**
  * A worker that delivers a queue's effects to TypeScript handlers through
  * the database's worker functions (pgoutbox.claim, mark_started, complete,
- * fail, extend, recover_expired: migration 00025, docs/any-language.md,
- * "Workers"). Every rule of the Go engine — fences, attempts, backoff and
+ * fail, extend, recover_expired: migration 00025; on a batch queue
+ * claim_batch, settle_page, extend_batch: migrations 00032-00033;
+ * docs/any-language.md, "Workers"). Every rule of the Go engine — fences, attempts, backoff and
  * its cap, dead-lettering, delivery_started_at before a non-replay-safe
  * handler, per-key ordering — is the database's: this module only decides
  * when to call them.
@@ -139,7 +140,7 @@ export interface WorkerOptions {
   onError?: (err: unknown) => void;
   /**
    * Deliver a batch queue's replay-safe types from its batch
-   * (pgoutbox.claim_batch and settle_batch): nothing is written per effect
+   * (pgoutbox.claim_batch and settle_page): nothing is written per effect
    * delivered. Default true. A row storage queue then costs one more call
    * per claim round (claim_batch returns nothing for it); set false to
    * save it.
