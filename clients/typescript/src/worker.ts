@@ -3,8 +3,8 @@
  * the database's worker functions (pgoutbox.claim, mark_started, complete,
  * fail, extend, recover_expired: migration 00025; on a batch queue
  * claim_batch, settle_page, extend_batch: migrations 00032-00033;
- * docs/any-language.md, "Workers"). Every rule of the Go engine — fences, attempts, backoff and
- * its cap, dead-lettering, delivery_started_at before a non-replay-safe
+ * docs/any-language.md, "Workers"). Every rule of the Go engine — fences,
+ * attempts, backoff and its cap, dead-lettering, delivery_started_at before a non-replay-safe
  * handler, per-key ordering — is the database's: this module only decides
  * when to call them.
  *
@@ -170,7 +170,7 @@ export const NOTIFY_CHANNEL = "pgoutbox_effects";
 
 /** One effect of a batch page. */
 interface PageRun {
-  row: Record<string, unknown>;
+  d: Delivery;
   abort: AbortController;
   state: "waiting" | "running" | "done";
   /** The handler's error once done; undefined: delivered. */
@@ -511,7 +511,10 @@ export class Worker {
       batchId: String(first.batch_id),
       token: String(first.batch_token),
       through: String(first.through),
-      runs: rows.map((row) => ({ row, abort: new AbortController(), state: "waiting", err: undefined, ended: Promise.resolve() })),
+      runs: rows.map((row) => {
+        const abort = new AbortController();
+        return { d: this.delivery(row, abort.signal), abort, state: "waiting", err: undefined, ended: Promise.resolve() };
+      }),
       next: 0,
       active: 0,
       ended: 0,
@@ -541,12 +544,8 @@ export class Worker {
       const r = page.runs[page.next++];
       r.state = "running";
       page.active++;
-      const d = this.delivery(r.row, r.abort.signal);
       const t0 = performance.now();
-      r.ended = (async () => this.types[d.type].handler(d))().then(
-        () => undefined,
-        (err: unknown) => err ?? new Error("handler threw a nullish value"),
-      );
+      r.ended = invoke(this.types[r.d.type], r.d);
       void r.ended.then((err) => {
         const ms = performance.now() - t0;
         this.handlerMs = this.handlerMs === undefined ? ms : 0.8 * this.handlerMs + 0.2 * ms;
@@ -567,16 +566,15 @@ export class Worker {
    */
   private async settlePage(page: Page): Promise<void> {
     page.cut = true;
+    if (page.over) return;
     const delivered: string[] = [];
     const failed: Array<{ id: string; outcome: Outcome; error: string; after: string | null }> = [];
     const running: PageRun[] = [];
     for (const r of page.runs) {
-      const id = String(r.row.id);
-      if (r.state === "done" && r.err === undefined) delivered.push(id);
-      else if (r.state === "done") failed.push({ id, ...classify(r.err, true) });
+      if (r.state === "done" && r.err === undefined) delivered.push(r.d.id);
+      else if (r.state === "done") failed.push({ id: r.d.id, ...classify(r.err, true) });
       else if (r.state === "running") running.push(r);
     }
-    if (page.over) return;
     const res = await this.call("settle batch", () =>
       this.pool.query(
         "SELECT settled, lease_ids::text[] AS lease_ids, lease_tokens::text[] AS lease_tokens FROM pgoutbox.settle_page($1, $2::bigint, $3::uuid, $4::bigint, $5, $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::interval[], $11::bigint[], $12::interval, $13::interval)",
@@ -591,7 +589,7 @@ export class Worker {
           failed.map((f) => f.outcome),
           failed.map((f) => f.error),
           failed.map((f) => f.after),
-          running.map((r) => String(r.row.id)),
+          running.map((r) => r.d.id),
           `${this.leaseMs} milliseconds`,
           `${this.backoffCapMs} milliseconds`,
         ],
@@ -608,7 +606,7 @@ export class Worker {
       return;
     }
     running.forEach((r, i) => {
-      const d = this.delivery(r.row, r.abort.signal);
+      const d = r.d;
       const f: InFlight = { id: d.id, token: tokens[i], type: d.type, abort: r.abort, done: Promise.resolve() };
       this.inFlight.set(d.id, f);
       f.done = r.ended
@@ -634,12 +632,7 @@ export class Worker {
         );
         if (r?.rows[0]?.ok !== true) return; // the lease was lost (or the call failed): deliver nothing
       }
-      try {
-        await t.handler(d);
-        herr = undefined;
-      } catch (err) {
-        herr = err ?? new Error("handler threw a nullish value");
-      }
+      herr = await invoke(t, d);
     }
     if (d.signal.aborted) return; // lost or given back: the outcome is no longer ours to write
     await this.finish(d, token, replaySafe, herr);
@@ -710,6 +703,17 @@ export class Worker {
       return undefined;
     }
   }
+}
+
+/**
+ * Runs t's handler on d: undefined when it succeeds, else its error (a
+ * nullish throw, or a synchronous one, becomes an Error too).
+ */
+function invoke(t: EffectType, d: Delivery): Promise<unknown> {
+  return (async () => t.handler(d))().then(
+    () => undefined,
+    (err: unknown) => err ?? new Error("handler threw a nullish value"),
+  );
 }
 
 /**
