@@ -86,6 +86,19 @@ func (b *bundle) settleBatch(t *testing.T, queue string, leases []batchLease, fa
 	return found
 }
 
+// staleSettle runs settle a second time for a page already settled (what
+// names it): it must find the lease gone (false) and change no effect.
+func (b *bundle) staleSettle(t *testing.T, what string, settle func() bool) {
+	t.Helper()
+	before := b.effectsDigest(t)
+	if settle() {
+		t.Errorf("a second %s of the page matched the lease", what)
+	}
+	if after := b.effectsDigest(t); after != before {
+		t.Errorf("a stale %s changed the effects:\n%s\nwas\n%s", what, after, before)
+	}
+}
+
 // enqueueSQL enqueues one effect per (type, ordering key) pair through the
 // SQL API in one transaction and returns their ids.
 func (b *bundle) enqueueSQL(t *testing.T, queue string, pairs ...[2]string) []int64 {
@@ -186,13 +199,7 @@ func TestSQLBatchWorker(t *testing.T) {
 	if n := b.scalar(t, `SELECT coalesce(sum(completed), 0) FROM pgoutbox.stream_settled WHERE queue = 'sb'`); n != 3 {
 		t.Errorf("stream_settled counts %d completions, want 3", n)
 	}
-	before := b.effectsDigest(t)
-	if b.settleBatch(t, "sb", leases, nil) {
-		t.Error("a second settle of the page matched the lease")
-	}
-	if after := b.effectsDigest(t); after != before {
-		t.Errorf("a stale settle changed the effects:\n%s\nwas\n%s", after, before)
-	}
+	b.staleSettle(t, "settle", func() bool { return b.settleBatch(t, "sb", leases, nil) })
 	// The row claim takes what moved, a's second behind nothing now.
 	rl, err := b.claimAs(t, "", "sb", 10)
 	if err != nil {
@@ -573,13 +580,7 @@ func TestSQLBatchWorkerPromotesRunning(t *testing.T) {
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'sp' AND lease_token IS NOT NULL`); n != 0 {
 		t.Errorf("%d batches still leased after settle_page, want none", n)
 	}
-	before := b.effectsDigest(t)
-	if ok, _, _ := settle(); ok {
-		t.Error("a second settle_page of the page matched the lease")
-	}
-	if after := b.effectsDigest(t); after != before {
-		t.Errorf("a stale settle_page changed the effects:\n%s\nwas\n%s", after, before)
-	}
+	b.staleSettle(t, "settle_page", func() bool { ok, _, _ := settle(); return ok })
 	// The promoted effect is the worker's: a row claim does not take it.
 	rl, err := b.claimAs(t, "", "sp", 10)
 	if err != nil {
