@@ -639,3 +639,118 @@ func TestSQLBatchWorkerSwitchedBackToRows(t *testing.T) {
 		t.Fatalf("claim on the switched queue took %v, want its stream's effect %d", rl, two[0])
 	}
 }
+
+// TestSQLBatchWorkerSwitchedBackKeepsKeyOrder: after a queue's storage
+// goes from batch back to rows, an effect enqueued then is written to
+// pgoutbox.effects while earlier effects of its ordering key are still in
+// the stream. The row claim does not take it while they are (migration
+// 00034): not while the batch page that started before it delivers the
+// key's head, nor before the key's second effect, which that page's
+// settle moves into rows. An unordered effect is claimed at once.
+func TestSQLBatchWorkerSwitchedBackKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.batchQueues(t, "sbk")
+	streamed := b.enqueueSQL(t, "sbk", [2]string{"t", "k"}, [2]string{"t", "k"})
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sbk", pgoutbox.StorageRows); err != nil {
+		t.Fatal(err)
+	}
+	page, err := b.claimBatchAs(t, "", "sbk", 10, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page) != 1 || page[0].ID != streamed[0] {
+		t.Fatalf("claim_batch returned %v, want the key's head %d", page, streamed[0])
+	}
+	// Enqueued while the page runs (a page that starts later moves the
+	// key's stream effects behind one that pgoutbox.effects holds).
+	rowed := b.enqueueSQL(t, "sbk", [2]string{"t", "k"}, [2]string{"t", ""})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE id = ANY($1)`, rowed); n != 2 {
+		t.Fatalf("%d of the effects enqueued after the switch in pgoutbox.effects, want 2", n)
+	}
+	// The page delivers the key's head: the row claim takes only the
+	// unordered effect.
+	ls, err := b.claimAs(t, "", "sbk", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 || ls[0].ID != rowed[1] {
+		t.Fatalf("the row claim took %v while the key's head %d was delivered from the batch, want only the unordered %d",
+			ls, streamed[0], rowed[1])
+	}
+	if !b.settleBatch(t, "sbk", page, nil) {
+		t.Fatal("settle_batch: lease lost")
+	}
+	order := []int64{streamed[0]}
+	for range 3 {
+		ls, err := b.claimAs(t, "", "sbk", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) == 0 {
+			break
+		}
+		if len(ls) != 1 {
+			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
+		}
+		order = append(order, ls[0].ID)
+		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int64{streamed[0], streamed[1], rowed[0]}; !slices.Equal(order, want) {
+		t.Errorf("the key was delivered in order %v, want %v", order, want)
+	}
+}
+
+// TestSQLBatchWorkerSwitchedBackWaitsForUnticked: the stream's effects of
+// a queue switched back to rows that no tick has closed into a batch yet
+// hold its ordered effects in rows too (migration 00034): a row claim that
+// does not move the stream (from_stream false) takes only the unordered
+// one; pgoutbox.claim, which ticks and moves it, then delivers the key in
+// order.
+func TestSQLBatchWorkerSwitchedBackWaitsForUnticked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.batchQueues(t, "sbt")
+	streamed := b.enqueueSQL(t, "sbt", [2]string{"t", "k"})
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sbt", pgoutbox.StorageRows); err != nil {
+		t.Fatal(err)
+	}
+	rowed := b.enqueueSQL(t, "sbt", [2]string{"t", "k"}, [2]string{"t", ""})
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.stream_batches WHERE queue = 'sbt'`); n != 0 {
+		t.Fatalf("%d batches of the queue, want none: its stream effect not ticked", n)
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT id FROM pgoutbox.claim('sbt', 'w1', 10, interval '30 seconds', from_stream => false)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, rowed[1:]) {
+		t.Fatalf("a row claim took %v while the key's head %d waited in the stream, not ticked; want only the unordered %v",
+			got, streamed[0], rowed[1:])
+	}
+	var order []int64
+	for range 3 {
+		ls, err := b.claimAs(t, "", "sbt", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) == 0 {
+			break
+		}
+		if len(ls) != 1 {
+			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
+		}
+		order = append(order, ls[0].ID)
+		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int64{streamed[0], rowed[0]}; !slices.Equal(order, want) {
+		t.Errorf("the key was delivered in order %v, want %v", order, want)
+	}
+}

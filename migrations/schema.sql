@@ -1106,6 +1106,20 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.queue_storage_left_batch() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.storage = 'batch' THEN
+        NEW.left_batch_at := NULL;
+    ELSIF OLD.storage = 'batch' THEN
+        NEW.left_batch_at := now();
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.recover_expired(queue text, max_effects integer DEFAULT 100) RETURNS TABLE(id bigint, effect_type text, state text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1462,6 +1476,29 @@ CREATE FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) RETURNS 
     UNION ALL
     SELECT r.* FROM pgoutbox.stream r
     WHERE p_snap IS NOT NULL AND r.queue = p_queue AND r.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_snap)))
+$$;
+
+CREATE FUNCTION pgoutbox.stream_floor(p_queue text) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_open bigint;
+    v_snap pg_snapshot;
+    v_new  bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage qs
+                   WHERE qs.queue = p_queue AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    SELECT min(b.done_through) + 1 INTO v_open
+    FROM pgoutbox.stream_batches b WHERE b.queue = p_queue AND b.done_at IS NULL;
+    SELECT b.snap INTO v_snap FROM pgoutbox.stream_batches b WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;
+    SELECT min(s.id) INTO v_new FROM pgoutbox.stream s
+    WHERE s.queue = p_queue AND (s.xid >= coalesce(pg_snapshot_xmax(v_snap), '1'::xid8)
+                                 OR s.xid = ANY (ARRAY(SELECT pg_snapshot_xip(v_snap))));
+    RETURN least(v_open, v_new);
+END;
 $$;
 
 CREATE FUNCTION pgoutbox.stream_gen() RETURNS smallint
@@ -1893,7 +1930,9 @@ WITH next AS (SELECT id
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
       AND NOT EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = $1)
-      AND (e.ordering_key IS NULL OR (NOT EXISTS (
+      AND (e.ordering_key IS NULL OR (e.id < coalesce((
+        SELECT pgoutbox.stream_floor($1) FROM pgoutbox.queue_storage qs
+        WHERE qs.queue = $1 AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL), 9223372036854775807) AND NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
         WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id
           AND p.ordering_key IS NOT NULL AND p.state <> 'completed'
@@ -2475,6 +2514,7 @@ CREATE TABLE pgoutbox.queue_storage (
     storage text NOT NULL,
     chosen_at timestamp with time zone DEFAULT now() NOT NULL,
     lanes smallint DEFAULT 1 NOT NULL,
+    left_batch_at timestamp with time zone,
     CONSTRAINT queue_storage_lanes CHECK (((lanes >= 1) AND (lanes <= 64))),
     CONSTRAINT queue_storage_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128))),
     CONSTRAINT queue_storage_storage_check CHECK ((storage = ANY (ARRAY['rows'::text, 'batch'::text])))
@@ -2483,6 +2523,8 @@ CREATE TABLE pgoutbox.queue_storage (
 COMMENT ON TABLE pgoutbox.queue_storage IS 'Storage of each queue (rows: one row per effect; batch: pgoutbox.stream), written by the Clients that claim it.';
 
 COMMENT ON COLUMN pgoutbox.queue_storage.lanes IS 'Lanes of a batch queue (QueueConfig.Lanes): consumers that may deliver it at once, each a range of slots.';
+
+COMMENT ON COLUMN pgoutbox.queue_storage.left_batch_at IS 'When the storage went from batch to rows: the claim holds the ordered effects of the queue behind its stream''s unsettled ones (pgoutbox.stream_floor) until this is cleared.';
 
 CREATE TABLE pgoutbox.replay_barriers (
     effect_id bigint NOT NULL,
@@ -2811,6 +2853,8 @@ CREATE TRIGGER effects_to_stream BEFORE INSERT ON pgoutbox.effects FOR EACH ROW 
 CREATE TRIGGER effects_unpark_next AFTER UPDATE OF state ON pgoutbox.effects FOR EACH ROW WHEN (((new.ordering_key IS NOT NULL) AND (new.state = ANY (ARRAY['completed'::pgoutbox.effect_state, 'dead_letter'::pgoutbox.effect_state])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION pgoutbox.unpark_next();
 
 CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgoutbox.notify_pending DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pgoutbox.notify_at_commit();
+
+CREATE TRIGGER queue_storage_left_batch BEFORE UPDATE OF storage ON pgoutbox.queue_storage FOR EACH ROW WHEN ((old.storage IS DISTINCT FROM new.storage)) EXECUTE FUNCTION pgoutbox.queue_storage_left_batch();
 
 CREATE TRIGGER stream_batches_replay_barriers AFTER UPDATE ON pgoutbox.stream_batches FOR EACH ROW WHEN (((old.done_through IS DISTINCT FROM new.done_through) OR (old.lease_token IS DISTINCT FROM new.lease_token) OR (new.done_at IS NOT NULL))) EXECUTE FUNCTION pgoutbox.replay_barriers_release();
 

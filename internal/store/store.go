@@ -411,8 +411,9 @@ type Claimed struct {
 // claimableSQL picks the head of a queue's available effects, locking them
 // and skipping rows another claimer holds. $1 queue, $2 limit.
 //
-// An effect with an ordering key is claimable only at the head of its key
-// (headOfLineSQL), while no later effect of its key is leased
+// An effect with an ordering key is claimable only behind every effect
+// its queue's stream still holds (notBehindStreamSQL), at the head of its
+// key (headOfLineSQL), while no later effect of its key is leased
 // (notOvertakenSQL) and while no batch page that may deliver one is in
 // flight (notBehindBatchSQL), and only while the queue is not paused
 // (notPausedSQL).
@@ -423,7 +424,7 @@ const claimableSQL = `
     FROM pgoutbox.effects e
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
       AND ` + notPausedSQL + `
-      AND (e.ordering_key IS NULL OR (` + headOfLineSQL + ` AND ` + notOvertakenSQL + ` AND ` + notBehindBatchSQL + `))
+      AND (e.ordering_key IS NULL OR (` + notBehindStreamSQL + ` AND ` + headOfLineSQL + ` AND ` + notOvertakenSQL + ` AND ` + notBehindBatchSQL + `))
     ORDER BY available_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED`
@@ -497,6 +498,29 @@ const notBehindBatchSQL = `NOT EXISTS (
         JOIN pgoutbox.stream_batches b ON b.queue = w.queue AND b.id = w.batch_id
         WHERE w.effect_id = e.id AND b.done_at IS NULL AND b.done_through = w.done_through
           AND b.lease_token = w.lease_token AND b.lease_expires_at >= now())`
+
+// notBehindStreamSQL is true unless e's queue was switched from batch
+// storage back to rows and its stream still holds an effect, not yet
+// settled, with an id below e's (migration 00034). Such an effect may be
+// an earlier one of e's key: the enqueue wrote it to the stream before
+// the switch, and e, enqueued after it, to pgoutbox.effects; the batch
+// loop delivers the stream's effects (or moves them into rows) while the
+// row claim runs beside it, so e waits until the stream's effects below
+// it are settled. The stream has no index by ordering key, so the bound
+// is the queue's lowest unsettled stream id (pgoutbox.stream_floor), not
+// its key's: after a switch back, a queue's ordered effects in rows wait
+// for the stream's backlog ahead of them, delivered at batch speed. The
+// floor is a subquery of $1 alone, run once per claim (an InitPlan) and
+// only when an ordered effect is a candidate: one probe of queue_storage,
+// and only for a queue whose storage left batch (left_batch_at) a call of
+// pgoutbox.stream_floor, NULL when its stream holds nothing to deliver. A
+// queue whose storage is batch has no floor: its pages move a key's stream
+// effects behind the ones pgoutbox.effects holds. The floor is a PL/pgSQL
+// function, which keeps its statements' plans for the session: written out
+// here, its subqueries cost the claim's planning more than their run.
+const notBehindStreamSQL = `e.id < coalesce((
+        SELECT pgoutbox.stream_floor($1) FROM pgoutbox.queue_storage qs
+        WHERE qs.queue = $1 AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL), 9223372036854775807)`
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
