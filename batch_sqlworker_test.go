@@ -754,3 +754,76 @@ func TestSQLBatchWorkerSwitchedBackWaitsForUnticked(t *testing.T) {
 		t.Errorf("the key was delivered in order %v, want %v", order, want)
 	}
 }
+
+// TestLeftBatchCleared: a queue whose storage leaves batch is marked
+// (queue_storage.left_batch_at, migration 00034), so that its claims read
+// its stream's floor; Client.Prune clears the mark once the stream holds
+// none of its effects and no transaction holds an ordering lock (one that
+// does may be a producer that read the storage as batch). Going back to
+// batch clears it; leaving batch again sets it.
+func TestLeftBatchCleared(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	left := func() bool {
+		t.Helper()
+		return b.scalar(t, `SELECT count(*) FROM pgoutbox.queue_storage WHERE queue = 'cl' AND left_batch_at IS NOT NULL`) == 1
+	}
+	setStorage := func(s pgoutbox.Storage) {
+		t.Helper()
+		if err := pgoutbox.SetStorage(b.ctx, b.pool, "cl", s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := b.newStopped(t, pgoutbox.Config{Queues: map[string]pgoutbox.QueueConfig{"other": {}}})
+	prune := func() {
+		t.Helper()
+		if _, err := c.Prune(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.batchQueues(t, "cl")
+	b.enqueueSQL(t, "cl", [2]string{"t", "k"})
+	if left() {
+		t.Fatal("a queue of batch storage is marked as having left it")
+	}
+	setStorage(pgoutbox.StorageRows)
+	if !left() {
+		t.Fatal("the queue's storage left batch and it is not marked")
+	}
+	prune()
+	if !left() {
+		t.Fatal("Prune cleared the mark while the stream holds the queue's effect")
+	}
+	// As a rotation would: the stream holds none of the queue's effects.
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM pgoutbox.stream WHERE queue = 'cl'`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	if _, err := pgoutbox.Enqueue(b.ctx, tx, pgoutbox.Effect{Queue: "other", Type: "t", Key: "held", OrderingKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	prune()
+	if !left() {
+		t.Fatal("Prune cleared the mark while a transaction holds an ordering lock")
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	prune()
+	if left() {
+		t.Fatal("Prune left the mark of a queue whose stream is empty")
+	}
+	setStorage(pgoutbox.StorageBatch)
+	setStorage(pgoutbox.StorageRows)
+	if !left() {
+		t.Fatal("the queue left batch a second time and it is not marked")
+	}
+	setStorage(pgoutbox.StorageBatch)
+	if left() {
+		t.Fatal("a queue back in batch storage is still marked")
+	}
+}

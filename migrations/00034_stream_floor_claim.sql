@@ -84,6 +84,56 @@ END;
 $$;
 -- +goose StatementEnd
 
+REVOKE ALL ON FUNCTION pgoutbox.stream_floor(text) FROM PUBLIC;
+
+-- Clears left_batch_at of each queue whose stream holds none of its
+-- effects, once no transaction that holds an ordering lock is open: a
+-- producer that read the queue's storage as batch before the switch took
+-- its key's ordering lock before that read and holds it until it commits,
+-- so no ordered effect of the queue can reach the stream after this. It
+-- waits at most lock_timeout 100 ms for those locks (then clears nothing,
+-- and the next call tries again); what it takes blocks ordered enqueues
+-- for that long at most. Returns how many queues it cleared. Run by
+-- Client.Prune (store.ClearLeftBatch), under READ COMMITTED, so that its
+-- UPDATE reads what those transactions committed.
+-- +goose StatementBegin
+CREATE FUNCTION pgoutbox.clear_left_batch() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+DECLARE
+    v_queues text[];
+    v_n      integer := 0;
+    v_saved  text := current_setting('lock_timeout');
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgoutbox: clear_left_batch must run under READ COMMITTED'
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    SELECT array_agg(q.queue) INTO v_queues FROM pgoutbox.queue_storage q
+    WHERE q.left_batch_at IS NOT NULL AND q.storage = 'rows'
+      AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+    IF v_queues IS NULL THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '100ms', true);
+        PERFORM count(*) FROM (SELECT 1 FROM pgoutbox.ordering_stripes s ORDER BY s.stripe FOR SHARE) l;
+        UPDATE pgoutbox.queue_storage q SET left_batch_at = NULL
+        WHERE q.queue = ANY (v_queues) AND q.left_batch_at IS NOT NULL AND q.storage = 'rows'
+          AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+    EXCEPTION WHEN lock_not_available THEN
+        NULL; -- an enqueue holds an ordering lock: the next call tries again
+    END;
+    PERFORM set_config('lock_timeout', v_saved, true);
+    RETURN v_n;
+END;
+$$;
+-- +goose StatementEnd
+
+REVOKE ALL ON FUNCTION pgoutbox.clear_left_batch() FROM PUBLIC;
+
 -- store.claimSQL, verbatim.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION pgoutbox.work_claim_rows(text, integer, text, float8, integer)
@@ -175,6 +225,7 @@ RETURNING e.id, e.queue, e.effect_type, e.idempotency_key, e.payload, e.attempts
 $fn$;
 -- +goose StatementEnd
 
+DROP FUNCTION pgoutbox.clear_left_batch();
 DROP FUNCTION pgoutbox.stream_floor(text);
 DROP TRIGGER queue_storage_left_batch ON pgoutbox.queue_storage;
 DROP FUNCTION pgoutbox.queue_storage_left_batch();

@@ -127,6 +127,40 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.clear_left_batch() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_queues text[];
+    v_n      integer := 0;
+    v_saved  text := current_setting('lock_timeout');
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pgoutbox: clear_left_batch must run under READ COMMITTED'
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    SELECT array_agg(q.queue) INTO v_queues FROM pgoutbox.queue_storage q
+    WHERE q.left_batch_at IS NOT NULL AND q.storage = 'rows'
+      AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+    IF v_queues IS NULL THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        PERFORM set_config('lock_timeout', '100ms', true);
+        PERFORM count(*) FROM (SELECT 1 FROM pgoutbox.ordering_stripes s ORDER BY s.stripe FOR SHARE) l;
+        UPDATE pgoutbox.queue_storage q SET left_batch_at = NULL
+        WHERE q.queue = ANY (v_queues) AND q.left_batch_at IS NOT NULL AND q.storage = 'rows'
+          AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+    EXCEPTION WHEN lock_not_available THEN
+        NULL; -- an enqueue holds an ordering lock: the next call tries again
+    END;
+    PERFORM set_config('lock_timeout', v_saved, true);
+    RETURN v_n;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2869,6 +2903,8 @@ GRANT ALL ON FUNCTION pgoutbox.claim(queue text, worker text, max_effects intege
 REVOKE ALL ON FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer, lease interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.claim_batch(queue text, worker text, effect_types text[], max_effects integer, lease interval) TO pgoutbox_worker;
 
+REVOKE ALL ON FUNCTION pgoutbox.clear_left_batch() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgoutbox.complete(id bigint, lease_token uuid, effect_type text) TO pgoutbox_worker;
 
@@ -2924,6 +2960,8 @@ REVOKE ALL ON FUNCTION pgoutbox.settle_page(queue text, batch_id bigint, batch_t
 GRANT ALL ON FUNCTION pgoutbox.settle_page(queue text, batch_id bigint, batch_token uuid, through bigint, worker text, delivered bigint[], failed bigint[], outcomes text[], errors text[], retry_after interval[], running bigint[], lease interval, backoff_cap interval, OUT settled boolean, OUT lease_ids bigint[], OUT lease_tokens uuid[]) TO pgoutbox_worker;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_floor(p_queue text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) FROM PUBLIC;
 

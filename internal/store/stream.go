@@ -433,6 +433,20 @@ func PruneSettled(ctx context.Context, db DBTX, retention time.Duration, limit i
 	return tag.RowsAffected(), nil
 }
 
+const clearLeftBatchSQL = `SELECT pgoutbox.clear_left_batch()`
+
+// ClearLeftBatch clears queue_storage.left_batch_at of the queues switched
+// from batch storage back to rows whose stream holds none of their
+// effects, once no ordering lock is held (pgoutbox.clear_left_batch,
+// migration 00034), so that their claims stop reading the stream's floor;
+// it returns how many it cleared. db must not be in a transaction of
+// another isolation than READ COMMITTED.
+func ClearLeftBatch(ctx context.Context, db DBTX) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, clearLeftBatchSQL).Scan(&n)
+	return n, MapError(err)
+}
+
 const streamMaintainSQL = `SELECT pgoutbox.stream_maintain(make_interval(secs => $1), make_interval(secs => $2))`
 
 // StreamMaintain empties the closed generations whose batches are settled
