@@ -13,16 +13,13 @@ import { Worker, retry, retryAfter, permanent, ambiguous, enqueue, enqueueBatch 
 const url = process.env.DATABASE_URL;
 const role = `pgoutbox_worker_ts_${randomBytes(4).toString("hex")}`;
 let owner; // the migrations' owner: enqueues, grants, reads rows
-let workerPool; // connections under role
+let workerPool; // connections under role (set at connection start: a SET ROLE on "connect" raced the first query)
 
 before(async () => {
   assert.ok(url, "DATABASE_URL must name a database with pgoutbox's migrations applied (test/anylang sets it)");
   owner = new pg.Pool({ connectionString: url, max: 4 });
   await owner.query(`CREATE ROLE ${role} NOLOGIN IN ROLE pgoutbox_worker`);
-  workerPool = new pg.Pool({ connectionString: url, max: 8 });
-  workerPool.on("connect", (c) => {
-    c.query(`SET ROLE ${role}`).catch(() => {});
-  });
+  workerPool = new pg.Pool({ connectionString: url, max: 8, options: `-c role=${role}` });
 });
 
 after(async () => {
@@ -405,10 +402,7 @@ test("stop finishes running deliveries, claims nothing more, and gives back what
 
 test("gives its LISTEN connection back to the pool without its listeners", { timeout: 60_000 }, async () => {
   const q = await newQueue();
-  const pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on("connect", (c) => {
-    c.query(`SET ROLE ${role}`).catch(() => {});
-  });
+  const pool = new pg.Pool({ connectionString: url, max: 2, options: `-c role=${role}` });
   try {
     // Two connections (a LISTEN and the claims), so the Workers' LISTENs
     // take the same ones again and again.
