@@ -121,6 +121,31 @@ func (b *bundle) enqueueSQL(t *testing.T, queue string, pairs ...[2]string) []in
 	return ids
 }
 
+// claimEach claims queue's effects through pgoutbox.claim one round at a
+// time, at most rounds, completing each: every round must take at most one
+// effect (a key's effects one at a time). It returns them in claim order.
+func (b *bundle) claimEach(t *testing.T, queue string, rounds int) []int64 {
+	t.Helper()
+	var order []int64
+	for range rounds {
+		ls, err := b.claimAs(t, "", queue, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) == 0 {
+			break
+		}
+		if len(ls) != 1 {
+			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
+		}
+		order = append(order, ls[0].ID)
+		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return order
+}
+
 // TestSQLBatchWorker: a worker in any language delivers a batch queue from
 // its batch (pgoutbox.claim_batch, settle_batch; migration 00032), writing
 // nothing per effect delivered. A claim returns the effects of the types it
@@ -503,23 +528,7 @@ func TestSQLBatchWorkerKeepsKeyOrder(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.effects SET available_at = now() WHERE id = $1`, ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	var order []int64
-	for range 5 {
-		ls, err := b.claimAs(t, "", "so", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ls) == 0 {
-			break
-		}
-		if len(ls) != 1 {
-			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
-		}
-		order = append(order, ls[0].ID)
-		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
-			t.Fatal(err)
-		}
-	}
+	order := b.claimEach(t, "so", 5)
 	if want := []int64{ids[0], ids[2], ids[4]}; !slices.Equal(order, want) {
 		t.Errorf("the key was delivered in order %v, want %v", order, want)
 	}
@@ -681,23 +690,7 @@ func TestSQLBatchWorkerSwitchedBackKeepsKeyOrder(t *testing.T) {
 	if !b.settleBatch(t, "sbk", page, nil) {
 		t.Fatal("settle_batch: lease lost")
 	}
-	order := []int64{streamed[0]}
-	for range 3 {
-		ls, err := b.claimAs(t, "", "sbk", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ls) == 0 {
-			break
-		}
-		if len(ls) != 1 {
-			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
-		}
-		order = append(order, ls[0].ID)
-		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
-			t.Fatal(err)
-		}
-	}
+	order := append([]int64{streamed[0]}, b.claimEach(t, "sbk", 3)...)
 	if want := []int64{streamed[0], streamed[1], rowed[0]}; !slices.Equal(order, want) {
 		t.Errorf("the key was delivered in order %v, want %v", order, want)
 	}
@@ -733,23 +726,7 @@ func TestSQLBatchWorkerSwitchedBackWaitsForUnticked(t *testing.T) {
 		t.Fatalf("a row claim took %v while the key's head %d waited in the stream, not ticked; want only the unordered %v",
 			got, streamed[0], rowed[1:])
 	}
-	var order []int64
-	for range 3 {
-		ls, err := b.claimAs(t, "", "sbt", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ls) == 0 {
-			break
-		}
-		if len(ls) != 1 {
-			t.Fatalf("the row claim took %v at once: one effect of the key at a time", ls)
-		}
-		order = append(order, ls[0].ID)
-		if _, err := b.pool.Exec(b.ctx, `SELECT pgoutbox.complete($1, $2, $3)`, ls[0].ID, ls[0].Token, ls[0].Type); err != nil {
-			t.Fatal(err)
-		}
-	}
+	order := b.claimEach(t, "sbt", 3)
 	if want := []int64{streamed[0], rowed[0]}; !slices.Equal(order, want) {
 		t.Errorf("the key was delivered in order %v, want %v", order, want)
 	}
