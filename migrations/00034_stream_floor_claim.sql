@@ -7,15 +7,18 @@
 -- pgoutbox.claim) beside the row claim: the row claim could take the later
 -- one first (a probe: third, first, second in 2 of 3 runs).
 --
+--   * A trigger marks a queue whose storage leaves batch
+--     (queue_storage.left_batch_at); pgoutbox.clear_left_batch, run by
+--     Client.Prune, clears the mark once its stream holds none of its
+--     effects.
 --   * The claim (store.claimSQL, hence pgoutbox.work_claim_rows and
 --     pgoutbox.claim; the row-lock claim too) takes an ordered effect of a
---     queue whose storage is not batch only while its id is below every
---     stream effect of the queue that is not settled: each open batch's
---     rows above its settled position, and the rows committed after its
---     newest batch (pgoutbox.stream_floor). The bound is computed once per
---     claim, only when an ordered effect is a candidate (an InitPlan): a
---     few index probes, none of which finds a row for a queue that never
---     had batch storage.
+--     marked queue only while its id is below every stream effect of the
+--     queue that is not settled: each open batch's rows above its settled
+--     position, and the rows committed after its newest batch
+--     (pgoutbox.stream_floor). The bound is computed once per claim, only
+--     when an ordered effect is a candidate (an InitPlan): for a queue
+--     that is not marked, one probe of queue_storage.
 --   * A queue whose storage is batch is not gated: its pages move a key's
 --     stream effects behind the ones pgoutbox.effects holds.
 --
