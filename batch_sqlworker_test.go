@@ -735,7 +735,8 @@ func TestSQLBatchWorkerSwitchedBackWaitsForUnticked(t *testing.T) {
 // TestLeftBatchCleared: a queue whose storage leaves batch is marked
 // (queue_storage.left_batch_at, migration 00034), so that its claims read
 // its stream's floor; Client.Prune clears the mark once the stream holds
-// none of its effects and no transaction holds an ordering lock (one that
+// none of its effects unsettled (not while one waits unticked, nor while
+// a page delivers it) and no transaction holds an ordering lock (one that
 // does may be a producer that read the storage as batch). Going back to
 // batch clears it; leaving batch again sets it.
 func TestLeftBatchCleared(t *testing.T) {
@@ -771,9 +772,17 @@ func TestLeftBatchCleared(t *testing.T) {
 	if !left() {
 		t.Fatal("Prune cleared the mark while the stream holds the queue's effect")
 	}
-	// As a rotation would: the stream holds none of the queue's effects.
-	if _, err := b.pool.Exec(b.ctx, `DELETE FROM pgoutbox.stream WHERE queue = 'cl'`); err != nil {
-		t.Fatal(err)
+	// A worker delivers it from its batch: the stream holds it settled.
+	page, err := b.claimBatchAs(t, "", "cl", 10, "t")
+	if err != nil || len(page) != 1 {
+		t.Fatalf("claim_batch = %v, %v; want the queue's one effect", page, err)
+	}
+	prune()
+	if !left() {
+		t.Fatal("Prune cleared the mark while a batch page delivers the queue's effect")
+	}
+	if !b.settleBatch(t, "cl", page, nil) {
+		t.Fatal("settle_batch: lease lost")
 	}
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
@@ -792,7 +801,7 @@ func TestLeftBatchCleared(t *testing.T) {
 	}
 	prune()
 	if left() {
-		t.Fatal("Prune left the mark of a queue whose stream is empty")
+		t.Fatal("Prune left the mark of a queue whose stream holds nothing unsettled")
 	}
 	setStorage(pgoutbox.StorageBatch)
 	setStorage(pgoutbox.StorageRows)

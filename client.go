@@ -291,8 +291,8 @@ func (c *Client) prune(p pass) (int64, error) {
 	}
 	// The stream's generations (batch storage): emptied by TRUNCATE once
 	// settled and closed for CompletedRetention, rotated after as long. A
-	// queue switched back to rows whose stream is then empty: its claims
-	// stop reading the stream's floor.
+	// queue switched back to rows whose stream holds nothing unsettled:
+	// its claims stop reading the stream's floor.
 	if err := p.do(func(ctx context.Context) error {
 		if _, err := store.StreamMaintain(ctx, c.pool, c.cfg.CompletedRetention, c.cfg.CompletedRetention); err != nil {
 			return err

@@ -10,7 +10,7 @@
 --   * A trigger marks a queue whose storage leaves batch
 --     (queue_storage.left_batch_at); pgoutbox.clear_left_batch, run by
 --     Client.Prune, clears the mark once its stream holds none of its
---     effects.
+--     effects unsettled.
 --   * The claim (store.claimSQL, hence pgoutbox.work_claim_rows and
 --     pgoutbox.claim; the row-lock claim too) takes an ordered effect of a
 --     marked queue only while its id is below every stream effect of the
@@ -90,7 +90,9 @@ $$;
 REVOKE ALL ON FUNCTION pgoutbox.stream_floor(text) FROM PUBLIC;
 
 -- Clears left_batch_at of each queue whose stream holds none of its
--- effects, once no transaction that holds an ordering lock is open: a
+-- effects unsettled (stream_floor is NULL: its batches are settled and
+-- nothing was committed after the newest), once no transaction that holds
+-- an ordering lock is open: a
 -- producer that read the queue's storage as batch before the switch took
 -- its key's ordering lock before that read and holds it until it commits,
 -- so no ordered effect of the queue can reach the stream after this. It
@@ -115,7 +117,7 @@ BEGIN
     END IF;
     SELECT array_agg(q.queue) INTO v_queues FROM pgoutbox.queue_storage q
     WHERE q.left_batch_at IS NOT NULL AND q.storage = 'rows'
-      AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+      AND pgoutbox.stream_floor(q.queue) IS NULL;
     IF v_queues IS NULL THEN
         RETURN 0;
     END IF;
@@ -124,7 +126,7 @@ BEGIN
         PERFORM count(*) FROM (SELECT 1 FROM pgoutbox.ordering_stripes s ORDER BY s.stripe FOR SHARE) l;
         UPDATE pgoutbox.queue_storage q SET left_batch_at = NULL
         WHERE q.queue = ANY (v_queues) AND q.left_batch_at IS NOT NULL AND q.storage = 'rows'
-          AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+          AND pgoutbox.stream_floor(q.queue) IS NULL;
         GET DIAGNOSTICS v_n = ROW_COUNT;
     EXCEPTION WHEN lock_not_available THEN
         NULL; -- an enqueue holds an ordering lock: the next call tries again

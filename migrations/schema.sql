@@ -142,7 +142,7 @@ BEGIN
     END IF;
     SELECT array_agg(q.queue) INTO v_queues FROM pgoutbox.queue_storage q
     WHERE q.left_batch_at IS NOT NULL AND q.storage = 'rows'
-      AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+      AND pgoutbox.stream_floor(q.queue) IS NULL;
     IF v_queues IS NULL THEN
         RETURN 0;
     END IF;
@@ -151,7 +151,7 @@ BEGIN
         PERFORM count(*) FROM (SELECT 1 FROM pgoutbox.ordering_stripes s ORDER BY s.stripe FOR SHARE) l;
         UPDATE pgoutbox.queue_storage q SET left_batch_at = NULL
         WHERE q.queue = ANY (v_queues) AND q.left_batch_at IS NOT NULL AND q.storage = 'rows'
-          AND NOT EXISTS (SELECT 1 FROM pgoutbox.stream s WHERE s.queue = q.queue);
+          AND pgoutbox.stream_floor(q.queue) IS NULL;
         GET DIAGNOSTICS v_n = ROW_COUNT;
     EXCEPTION WHEN lock_not_available THEN
         NULL; -- an enqueue holds an ordering lock: the next call tries again

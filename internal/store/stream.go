@@ -437,7 +437,7 @@ const clearLeftBatchSQL = `SELECT pgoutbox.clear_left_batch()`
 
 // ClearLeftBatch clears queue_storage.left_batch_at of the queues switched
 // from batch storage back to rows whose stream holds none of their
-// effects, once no ordering lock is held (pgoutbox.clear_left_batch,
+// effects unsettled, once no ordering lock is held (pgoutbox.clear_left_batch,
 // migration 00034), so that their claims stop reading the stream's floor;
 // it returns how many it cleared. db must not be in a transaction of
 // another isolation than READ COMMITTED.
