@@ -32,8 +32,9 @@ import (
 // go to the row storage, where a batch queue's Client still delivers
 // them). It changes nothing already enqueued: a queue switched back to
 // StorageRows is still delivered from its stream until the stream holds
-// none of its effects, and running Clients read the new storage at their
-// next sweep.
+// none of its effects, its ordered effects in rows claimed only behind the
+// stream's (migration 00034), and running Clients read the new storage at
+// their next sweep.
 func SetStorage(ctx context.Context, db DB, queue string, s Storage) error {
 	if queue == "" || (s != StorageRows && s != StorageBatch) {
 		return fmt.Errorf("pgoutbox: SetStorage(%q, %q): want a queue and %q or %q", queue, s, StorageRows, StorageBatch)
