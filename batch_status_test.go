@@ -209,7 +209,7 @@ func TestBatchStorageStatusReadsFewRows(t *testing.T) {
 		}
 		return r
 	}
-	status := func(step string, want int64) {
+	status := func(step string, want, most int64) {
 		t.Helper()
 		before := read()
 		stats, err := store.Stats(b.ctx, conn.Conn(), store.OpsFilter{Queue: q}, time.Hour, time.Hour)
@@ -225,11 +225,11 @@ func TestBatchStorageStatusReadsFewRows(t *testing.T) {
 		if pending != want {
 			t.Errorf("%s: status counts %d effects to deliver, want %d", step, pending, want)
 		}
-		if r := read() - before; r > 100 {
-			t.Errorf("%s: status of %d effects to deliver read %d stream rows, want at most 100", step, want, r)
+		if r := read() - before; r > most {
+			t.Errorf("%s: status of %d effects to deliver read %d stream rows, want at most %d", step, want, r, most)
 		}
 	}
-	status("ticked", n+5)
+	status("ticked", n+5, 100)
 	bt, ok, err := store.ClaimBatch(b.ctx, b.pool, q, "me", time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
@@ -242,7 +242,69 @@ func TestBatchStorageStatusReadsFewRows(t *testing.T) {
 		Passed: store.PassedTypes(page)}, nil); err != nil || !found {
 		t.Fatalf("settle: %v, %v", found, err)
 	}
-	status("leased, a page settled", n+5-1000)
+	status("leased, a page settled", n+5-1000, 100)
+	// Released mid-batch (as SQL and TypeScript batch workers leave a batch
+	// between pages): the rest of one chunk of 1,024 ids is read (00035).
+	if err := store.ReleaseBatch(b.ctx, b.pool, bt); err != nil {
+		t.Fatal(err)
+	}
+	status("released, a page settled", n+5-1000, 1024+100)
+}
+
+// TestBatchStorageStatusChunks: `status` of a batch partially settled and
+// not leased takes each type's oldest available effect from the chunks of
+// 1,024 ids its tick recorded past the settled position, or from the rows
+// of the chunk that holds it (migration 00035), not from what the tick saw
+// first: the numbers every pending row gives, whether the oldest left is
+// in that chunk or a later one.
+func TestBatchStorageStatusChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const q = "sc"
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	add := func(typ string, n int, ago string) {
+		t.Helper()
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, available_at)
+			SELECT $1, $2, $2 || '-' || $4 || '-' || g, now() - $4::interval FROM generate_series(1, $3) g`,
+			q, typ, n, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("a", 100, "8 hours") // the first page
+	add("a", 1, "6 hours")   // the second page: in the chunk of the first's end
+	add("a", 1500, "1 hour") // ...
+	add("a", 1, "5 hours")   // chunks later
+	add("b", 1, "3 hours")   // another type, later still
+	add("a", 500, "30 minutes")
+	if _, err := store.Tick(b.ctx, b.pool, q); err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []string{"a page settled, the oldest left in its chunk", "two pages settled, the oldest left chunks later"} {
+		bt, ok, err := store.ClaimBatch(b.ctx, b.pool, q, "me", time.Hour)
+		if err != nil || !ok {
+			t.Fatalf("claim %d: %v, %v", i, ok, err)
+		}
+		page, err := store.Page(b.ctx, b.pool, bt, bt.DoneThrough, 100+i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found, err := store.Settle(b.ctx, b.pool, bt, "me", store.PageSettle{Through: page[len(page)-1].ID,
+			Passed: store.PassedTypes(page)}, nil); err != nil || !found {
+			t.Fatalf("settle page %d: %v, %v", i, found, err)
+		}
+		if err := store.ReleaseBatch(b.ctx, b.pool, bt); err != nil {
+			t.Fatal(err)
+		}
+		b.checkStatusExact(t, step, q)
+	}
+	// A batch ticked before migration 00035 has no chunks: its rows are read.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE pgoutbox.stream_batches
+		SET chunk_types = NULL, chunk_ends = NULL, chunk_available_at = NULL WHERE queue = $1`, q); err != nil {
+		t.Fatal(err)
+	}
+	b.checkStatusExact(t, "two pages settled, no chunks", q)
 }
 
 // TestBatchStorageStatusMidBatch: a Client's page settles record the

@@ -1642,6 +1642,9 @@ CREATE TABLE pgoutbox.stream_batches (
     type_passed bigint[],
     slot_lo smallint DEFAULT 0 NOT NULL,
     slot_hi smallint DEFAULT 255 NOT NULL,
+    chunk_types text[],
+    chunk_ends bigint[],
+    chunk_available_at timestamp with time zone[],
     CONSTRAINT stream_batches_lease_owner_check CHECK ((length(lease_owner) <= 256)),
     CONSTRAINT stream_batches_slots CHECK ((((slot_lo >= 0) AND (slot_lo <= slot_hi)) AND (slot_hi <= 255)))
 );
@@ -1651,6 +1654,8 @@ COMMENT ON TABLE pgoutbox.stream_batches IS 'Batches of the stream per queue, in
 COMMENT ON COLUMN pgoutbox.stream_batches.type_names IS 'The effect types of the batch (NULL: ticked before migration 00030); type_effects, type_available_at and type_passed are aligned with it.';
 
 COMMENT ON COLUMN pgoutbox.stream_batches.slot_lo IS 'The batch''s lane: the stream rows whose slot is between slot_lo and slot_hi (migration 00031).';
+
+COMMENT ON COLUMN pgoutbox.stream_batches.chunk_types IS 'Per effect type and chunk of 1,024 ids of the batch (NULL: ticked before migration 00035): the type; chunk_ends holds the chunk''s last id, chunk_available_at its earliest available_at.';
 
 CREATE FUNCTION pgoutbox.stream_next_batch(p_queue text) RETURNS SETOF pgoutbox.stream_batches
     LANGUAGE plpgsql
@@ -1819,23 +1824,41 @@ BEGIN
     -- v_prev: its xid is at or past v_prev's xmax, or was in progress then.
     -- Lane l holds the slots s with s * lanes / 256 = l: from
     -- ceil(256 l / lanes) to ceil(256 (l + 1) / lanes) - 1.
+    -- Each (lane, type) also gets its earliest available_at per chunk of
+    -- 1,024 ids (chunk_*), for status of a batch partially settled.
     INSERT INTO pgoutbox.stream_batches (queue, id, snap, prev_snap, min_id, max_id, effects, done_through,
-        type_names, type_effects, type_available_at, type_passed, slot_lo, slot_hi)
+        type_names, type_effects, type_available_at, type_passed, slot_lo, slot_hi,
+        chunk_types, chunk_ends, chunk_available_at)
+    WITH c AS (
+        -- The chunk first: the rows come about in id order, which the
+        -- grouping's sort then finds nearly done.
+        SELECT s.id >> 10 AS chunk, s.slot * v_lanes / 256 AS lane, s.effect_type, min(s.id) AS lo, max(s.id) AS hi,
+            count(*) AS n, min(s.available_at) AS avail
+        FROM pgoutbox.stream_after(p_queue, v_prev) s
+        WHERE pg_visible_in_snapshot(s.xid, v_snap)
+        GROUP BY 1, 2, 3
+    )
     SELECT p_queue, coalesce(v_last, 0) + row_number() OVER (ORDER BY l.lane), v_snap, v_prev, l.lo, l.hi, l.n,
         l.lo - 1, l.names, l.counts, l.avail, array_fill(0::bigint, ARRAY[cardinality(l.names)]),
-        ((256 * l.lane + v_lanes - 1) / v_lanes)::smallint, ((256 * (l.lane + 1) + v_lanes - 1) / v_lanes - 1)::smallint
+        ((256 * l.lane + v_lanes - 1) / v_lanes)::smallint, ((256 * (l.lane + 1) + v_lanes - 1) / v_lanes - 1)::smallint,
+        k.types, k.ends, k.avail
     FROM (
-        SELECT t.lane, min(t.lo) AS lo, max(t.hi) AS hi, sum(t.n) AS n, array_agg(t.effect_type ORDER BY t.effect_type)
+        SELECT t.lane, min(t.lo) AS lo, max(t.hi) AS hi, sum(t.n)::bigint AS n, array_agg(t.effect_type ORDER BY t.effect_type)
             AS names, array_agg(t.n ORDER BY t.effect_type) AS counts, array_agg(t.avail ORDER BY t.effect_type) AS avail
         FROM (
-            SELECT s.slot * v_lanes / 256 AS lane, s.effect_type, min(s.id) AS lo, max(s.id) AS hi, count(*) AS n,
-                min(s.available_at) AS avail
-            FROM pgoutbox.stream_after(p_queue, v_prev) s
-            WHERE pg_visible_in_snapshot(s.xid, v_snap)
+            SELECT c.lane, c.effect_type, min(c.lo) AS lo, max(c.hi) AS hi, sum(c.n)::bigint AS n, min(c.avail) AS avail
+            FROM c
             GROUP BY 1, 2
         ) t
         GROUP BY t.lane
-    ) l;
+    ) l
+    JOIN (
+        SELECT c.lane, array_agg(c.effect_type ORDER BY c.effect_type, c.chunk) AS types,
+            array_agg((c.chunk << 10) + 1023 ORDER BY c.effect_type, c.chunk) AS ends,
+            array_agg(c.avail ORDER BY c.effect_type, c.chunk) AS avail
+        FROM c
+        GROUP BY c.lane
+    ) k ON k.lane = l.lane;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n = 0 THEN
         RETURN NULL;

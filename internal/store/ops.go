@@ -60,10 +60,13 @@ type StatsRow struct {
 // and type (migration 00030): what the tick counted less what the
 // batch's settles passed (n), with the earliest available_at the tick saw;
 // rows are read only where those counts do not tell: the rows committed
-// after each queue's newest batch (not ticked yet), and the unsettled rows
-// of an open batch ticked before 00030 (no counts) or partially settled
-// and not leased (its earliest available_at is not known). So a status
-// reads O(open batches + rows not ticked), not O(pending effects). Their
+// after each queue's newest batch (not ticked yet), the unsettled rows of
+// an open batch ticked before 00030 (no counts), and of one partially
+// settled and not leased, whose earliest available_at per type comes from
+// the chunks of 1,024 ids its tick recorded (migration 00035), the rest of
+// the chunk that holds its settled position (every unsettled row, for a
+// batch ticked before 00035). So a status reads O(open batches + rows not
+// ticked), not O(pending effects). Their
 // completions come from pgoutbox.stream_settled, one row per settled page
 // and type (n: its count; lag50 and lag99: its percentiles, so a queue's
 // lag percentiles mix the pages' percentiles with the rows' lags).
@@ -89,23 +92,41 @@ FROM (
     UNION ALL
     -- Batch storage's effects still to deliver (migrations 00027, 00030):
     -- per open batch and type, from its counts,
+    -- (the earliest available_at the tick saw while nothing is settled),
     SELECT b.queue, t.effect_type, (CASE WHEN l.leased THEN 'leased' ELSE 'available' END)::pgoutbox.effect_state,
-        0, NULL::timestamptz, t.available_at, NULL::timestamptz, t.effects - t.passed, NULL, NULL
+        0, NULL::timestamptz, CASE WHEN l.leased OR b.done_through < b.min_id THEN t.available_at END,
+        NULL::timestamptz, t.effects - t.passed, NULL, NULL
     FROM pgoutbox.stream_batches b
     CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
     CROSS JOIN LATERAL unnest(b.type_names, b.type_effects, b.type_passed, b.type_available_at)
         AS t(effect_type, effects, passed, available_at)
-    WHERE b.done_at IS NULL AND b.type_names IS NOT NULL AND (l.leased OR b.done_through < b.min_id)
+    WHERE b.done_at IS NULL AND b.type_names IS NOT NULL
+      AND (l.leased OR b.done_through < b.min_id OR b.chunk_types IS NOT NULL)
       AND t.effects > t.passed
       AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR t.effect_type = $2)
     UNION ALL
-    -- from its unsettled rows where the counts do not tell,
-    SELECT b.queue, s.effect_type, (CASE WHEN l.leased THEN 'leased' ELSE 'available' END)::pgoutbox.effect_state,
-        0, NULL::timestamptz, s.available_at, NULL::timestamptz, 1, NULL, NULL
+    -- the earliest available_at of each chunk past a partial settle
+    -- (migration 00035; counting nothing),
+    SELECT b.queue, c.effect_type, 'available'::pgoutbox.effect_state, 0, NULL::timestamptz, c.available_at,
+        NULL::timestamptz, 0, NULL, NULL
     FROM pgoutbox.stream_batches b
     CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
-    CROSS JOIN LATERAL pgoutbox.stream_page(b.queue, b.done_through, b.max_id, b.snap, b.prev_snap, NULL, b.slot_lo,
-        b.slot_hi) s
+    CROSS JOIN LATERAL unnest(b.chunk_types, b.chunk_ends, b.chunk_available_at) AS c(effect_type, chunk_end, available_at)
+    WHERE b.done_at IS NULL AND b.chunk_types IS NOT NULL AND NOT l.leased AND b.done_through >= b.min_id
+      AND c.chunk_end - 1023 > b.done_through
+      AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR c.effect_type = $2)
+    UNION ALL
+    -- and its unsettled rows where the counts do not tell: every one of a
+    -- batch without counts or chunks, the rest of the chunk that holds a
+    -- partial settle's position of one with chunks (counting nothing),
+    SELECT b.queue, s.effect_type, (CASE WHEN l.leased THEN 'leased' ELSE 'available' END)::pgoutbox.effect_state,
+        0, NULL::timestamptz, s.available_at, NULL::timestamptz, CASE WHEN b.chunk_types IS NULL THEN 1 ELSE 0 END,
+        NULL, NULL
+    FROM pgoutbox.stream_batches b
+    CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
+    CROSS JOIN LATERAL pgoutbox.stream_page(b.queue, b.done_through,
+        CASE WHEN b.chunk_types IS NULL THEN b.max_id ELSE least(b.max_id, b.done_through | 1023::bigint) END,
+        b.snap, b.prev_snap, NULL, b.slot_lo, b.slot_hi) s
     WHERE b.done_at IS NULL AND (b.type_names IS NULL OR (NOT l.leased AND b.done_through >= b.min_id))
       AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR s.effect_type = $2)
     UNION ALL
