@@ -83,6 +83,23 @@ func (b *bundle) checkStatusExact(t *testing.T, step, queue string) {
 	}
 }
 
+// batchAdder records queue's storage as batch and returns a function that
+// enqueues n effects of a type, available ago (an interval) before now.
+func (b *bundle) batchAdder(t *testing.T, queue string) func(typ string, n int, ago string) {
+	t.Helper()
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, queue, pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
+	}
+	return func(typ string, n int, ago string) {
+		t.Helper()
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, available_at)
+			SELECT $1, $2, $2 || '-' || $4 || '-' || g, now() - $4::interval FROM generate_series(1, $3) g`,
+			queue, typ, n, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestBatchStorageStatusExact: `status` counts a batch queue's effects to
 // deliver from its batches' per-type counts, not its rows, and keeps the
 // numbers every pending row gives, per type and state, with the oldest
@@ -94,17 +111,7 @@ func TestBatchStorageStatusExact(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const q = "sx"
-	if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageBatch); err != nil {
-		t.Fatal(err)
-	}
-	add := func(typ string, n int, ago string) {
-		t.Helper()
-		if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, available_at)
-			SELECT $1, $2, $2 || '-' || $4 || '-' || g, now() - $4::interval FROM generate_series(1, $3) g`,
-			q, typ, n, ago); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add := b.batchAdder(t, q)
 	add("a", 3, "3 hours")
 	add("a", 2, "2 hours")
 	add("b", 3, "5 hours")
@@ -261,17 +268,7 @@ func TestBatchStorageStatusChunks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const q = "sc"
-	if err := pgoutbox.SetStorage(b.ctx, b.pool, q, pgoutbox.StorageBatch); err != nil {
-		t.Fatal(err)
-	}
-	add := func(typ string, n int, ago string) {
-		t.Helper()
-		if _, err := b.pool.Exec(b.ctx, `INSERT INTO pgoutbox.effects (queue, effect_type, idempotency_key, available_at)
-			SELECT $1, $2, $2 || '-' || $4 || '-' || g, now() - $4::interval FROM generate_series(1, $3) g`,
-			q, typ, n, ago); err != nil {
-			t.Fatal(err)
-		}
-	}
+	add := b.batchAdder(t, q)
 	add("a", 100, "8 hours") // the first page
 	add("a", 1, "6 hours")   // the second page: in the chunk of the first's end
 	add("a", 1500, "1 hour") // ...
