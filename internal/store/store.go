@@ -411,9 +411,9 @@ type Claimed struct {
 // claimableSQL picks the head of a queue's available effects, locking them
 // and skipping rows another claimer holds. $1 queue, $2 limit.
 //
-// An effect with an ordering key is claimable only behind every effect
-// its queue's stream still holds (notBehindStreamSQL), at the head of its
-// key (headOfLineSQL), while no later effect of its key is leased
+// An effect with an ordering key is claimable only at the head of its key
+// (headOfLineSQL), behind the unsettled effects of its queue's stream when
+// the queue left batch storage (notBehindStreamSQL), while no later effect of its key is leased
 // (notOvertakenSQL) and while no batch page that may deliver one is in
 // flight (notBehindBatchSQL), and only while the queue is not paused
 // (notPausedSQL).
