@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgoutbox/pgoutbox"
+	"github.com/pgoutbox/pgoutbox/internal/store"
 )
 
 // batchLease is one row of pgoutbox.claim_batch (migration 00032).
@@ -686,6 +687,10 @@ func TestSQLBatchWorkerSwitchedBackKeepsKeyOrder(t *testing.T) {
 	if len(ls) != 1 || ls[0].ID != rowed[1] {
 		t.Fatalf("the row claim took %v while the key's head %d was delivered from the batch, want only the unordered %d",
 			ls, streamed[0], rowed[1])
+	}
+	// The console lists it as waiting.
+	if rows, err := store.EffectsByID(b.ctx, b.pool, rowed[:1]); err != nil || len(rows) != 1 || !rows[0].Waiting {
+		t.Errorf("the console's row of effect %d: %+v, %v; want it waiting behind the stream", rowed[0], rows, err)
 	}
 	if !b.settleBatch(t, "sbk", page, nil) {
 		t.Fatal("settle_batch: lease lost")

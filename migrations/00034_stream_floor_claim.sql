@@ -153,7 +153,7 @@ WITH next AS (SELECT id
     WHERE state = 'available' AND queue = $1 AND available_at <= now()
       AND NOT EXISTS (SELECT 1 FROM pgoutbox.queue_pauses qp WHERE qp.queue = $1)
       AND (e.ordering_key IS NULL OR (e.id < coalesce((
-        SELECT pgoutbox.stream_floor($1) FROM pgoutbox.queue_storage qs
+        SELECT pgoutbox.stream_floor(qs.queue) FROM pgoutbox.queue_storage qs
         WHERE qs.queue = $1 AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL), 9223372036854775807) AND NOT EXISTS (
         SELECT 1 FROM pgoutbox.effects p
         WHERE p.queue = e.queue AND p.ordering_key = e.ordering_key AND p.id < e.id

@@ -49,7 +49,8 @@ type EffectRow struct {
 	// OrderingKey is "" when the effect has none.
 	OrderingKey string
 	// Waiting: an available ordered effect that an earlier effect of its
-	// key holds back (parked or not).
+	// key holds back (parked or not), or, in a queue switched back from
+	// batch storage, its stream's unsettled effects (migration 00034).
 	Waiting bool
 	// Cancelled: completed by an operator's cancel (its resolution says
 	// so), never delivered.
@@ -59,8 +60,8 @@ type EffectRow struct {
 // effectsCols are the columns of an EffectRow.
 const effectsCols = `id, queue, effect_type, idempotency_key, state::text, attempts, max_attempts, created_at,
     coalesce(last_error, ''), ` + SubjectSQL + `, coalesce(parked_due_at, available_at), coalesce(ordering_key, ''),
-    (e.state = 'available' AND e.ordering_key IS NOT NULL AND EXISTS (
-        SELECT 1 FROM pgoutbox.effects p WHERE ` + blockingEarlierSQL + `)),
+    (e.state = 'available' AND e.ordering_key IS NOT NULL AND (EXISTS (
+        SELECT 1 FROM pgoutbox.effects p WHERE ` + blockingEarlierSQL + `) OR ` + behindStreamSQL + `)),
     coalesce((resolution->>'cancelled')::boolean, false)`
 
 // effectsFilter is the WHERE clause shared by both list statements:

@@ -518,9 +518,21 @@ const notBehindBatchSQL = `NOT EXISTS (
 // effects behind the ones pgoutbox.effects holds. The floor is a PL/pgSQL
 // function, which keeps its statements' plans for the session: written out
 // here, its subqueries cost the claim's planning more than their run.
-const notBehindStreamSQL = `e.id < coalesce((
-        SELECT pgoutbox.stream_floor($1) FROM pgoutbox.queue_storage qs
-        WHERE qs.queue = $1 AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL), 9223372036854775807)`
+const notBehindStreamSQL = `e.id < ` + streamFloorHead + `$1` + streamFloorTail
+
+// behindStreamSQL is notBehindStreamSQL's negation for e's own queue, for
+// the console's lists (a correlated subquery, one probe per row listed).
+const behindStreamSQL = `e.id >= ` + streamFloorHead + `e.queue` + streamFloorTail
+
+// streamFloorHead and streamFloorTail enclose a queue expression: the
+// lowest unsettled id of its stream when it left batch storage, else the
+// largest bigint.
+const (
+	streamFloorHead = `coalesce((
+        SELECT pgoutbox.stream_floor(qs.queue) FROM pgoutbox.queue_storage qs
+        WHERE qs.queue = `
+	streamFloorTail = ` AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL), 9223372036854775807)`
+)
 
 // leaseSQL turns the rows of a CTE "next" into durable leases. $3 owner,
 // $4 lease seconds, $5 added to attempts.
