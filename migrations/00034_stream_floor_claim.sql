@@ -55,13 +55,12 @@ $$;
 CREATE TRIGGER queue_storage_left_batch BEFORE UPDATE OF storage ON pgoutbox.queue_storage
     FOR EACH ROW WHEN (OLD.storage IS DISTINCT FROM NEW.storage) EXECUTE FUNCTION pgoutbox.queue_storage_left_batch();
 
--- The lowest id of a stream effect of p_queue that is not settled, when
--- its storage went from batch to rows (NULL when there is none, and for a
--- queue of batch storage or of rows that never left batch): each open batch's
--- rows above its settled position (done_through), and the rows committed
--- after the queue's newest batch (not ticked yet: what stream_after
--- reads). STABLE: it reads with the claim's snapshot. It runs with its
--- caller's privileges.
+-- The lowest id of a stream effect of p_queue that is not settled (NULL
+-- when there is none): each open batch's rows above its settled position
+-- (done_through), and the rows committed after the queue's newest batch
+-- (not ticked yet: what stream_after reads). Its callers ask it only for
+-- a marked queue (left_batch_at). STABLE: it reads with the claim's
+-- snapshot. It runs with its caller's privileges.
 -- +goose StatementBegin
 CREATE FUNCTION pgoutbox.stream_floor(p_queue text) RETURNS bigint
     LANGUAGE plpgsql STABLE
@@ -72,10 +71,6 @@ DECLARE
     v_snap pg_snapshot;
     v_new  bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage qs
-                   WHERE qs.queue = p_queue AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL) THEN
-        RETURN NULL;
-    END IF;
     SELECT min(b.done_through) + 1 INTO v_open
     FROM pgoutbox.stream_batches b WHERE b.queue = p_queue AND b.done_at IS NULL;
     SELECT b.snap INTO v_snap FROM pgoutbox.stream_batches b WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;
@@ -92,10 +87,10 @@ REVOKE ALL ON FUNCTION pgoutbox.stream_floor(text) FROM PUBLIC;
 -- Clears left_batch_at of each queue whose stream holds none of its
 -- effects unsettled (stream_floor is NULL: its batches are settled and
 -- nothing was committed after the newest), once no transaction that holds
--- an ordering lock is open: a
--- producer that read the queue's storage as batch before the switch took
--- its key's ordering lock before that read and holds it until it commits,
--- so no ordered effect of the queue can reach the stream after this. It
+-- an ordering lock is open: a producer that read the queue's storage as
+-- batch before the switch took its key's ordering lock before that read
+-- and holds it until it commits, so no ordered effect of the queue can
+-- reach the stream after this. It
 -- waits at most lock_timeout 100 ms for those locks (then clears nothing,
 -- and the next call tries again); what it takes blocks ordered enqueues
 -- for that long at most. Returns how many queues it cleared. Run by

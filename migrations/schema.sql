@@ -1521,10 +1521,6 @@ DECLARE
     v_snap pg_snapshot;
     v_new  bigint;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pgoutbox.queue_storage qs
-                   WHERE qs.queue = p_queue AND qs.storage = 'rows' AND qs.left_batch_at IS NOT NULL) THEN
-        RETURN NULL;
-    END IF;
     SELECT min(b.done_through) + 1 INTO v_open
     FROM pgoutbox.stream_batches b WHERE b.queue = p_queue AND b.done_at IS NULL;
     SELECT b.snap INTO v_snap FROM pgoutbox.stream_batches b WHERE b.queue = p_queue ORDER BY b.id DESC LIMIT 1;

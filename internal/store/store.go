@@ -413,10 +413,10 @@ type Claimed struct {
 //
 // An effect with an ordering key is claimable only at the head of its key
 // (headOfLineSQL), behind the unsettled effects of its queue's stream when
-// the queue left batch storage (notBehindStreamSQL), while no later effect of its key is leased
-// (notOvertakenSQL) and while no batch page that may deliver one is in
-// flight (notBehindBatchSQL), and only while the queue is not paused
-// (notPausedSQL).
+// the queue left batch storage (notBehindStreamSQL), while no later effect
+// of its key is leased (notOvertakenSQL) and while no batch page that may
+// deliver one is in flight (notBehindBatchSQL), and only while the queue
+// is not paused (notPausedSQL).
 // The ordering checks are a filter on the rows the claim index
 // yields, evaluated only for rows whose ordering_key is set: a queue
 // without ordered effects keeps the plan it had before migration 00013.
@@ -512,8 +512,9 @@ const notBehindBatchSQL = `NOT EXISTS (
 // for the stream's backlog ahead of them, delivered at batch speed. The
 // floor is a subquery of $1 alone, run once per claim (an InitPlan) and
 // only when an ordered effect is a candidate: one probe of queue_storage,
-// and only for a queue whose storage left batch (left_batch_at) a call of
-// pgoutbox.stream_floor, NULL when its stream holds nothing to deliver. A
+// and only for a queue whose storage left batch (left_batch_at, which the
+// function does not read again) a call of pgoutbox.stream_floor, NULL when
+// its stream holds nothing to deliver. A
 // queue whose storage is batch has no floor: its pages move a key's stream
 // effects behind the ones pgoutbox.effects holds. The floor is a PL/pgSQL
 // function, which keeps its statements' plans for the session: written out
