@@ -52,6 +52,12 @@ type StatsRow struct {
 	LagP50, LagP99 *float64
 }
 
+// settledChunkEndSQL is the last id of the chunk of 1,024 ids (stream_tick's
+// chunk_ends, migration 00035) that holds batch b's settled position:
+// statsSQL reads that chunk's unsettled rows and takes the chunks after it
+// from their recorded earliest available_at.
+const settledChunkEndSQL = `(b.done_through | 1023::bigint)`
+
 // statsSQL is the one aggregate query behind `status`, `alert check` and the
 // /metrics gauges. Each OR arm of the WHERE clause matches the predicate of
 // a partial index (claims, lease expiry, attention, completed_at), so the
@@ -66,10 +72,10 @@ type StatsRow struct {
 // the chunks of 1,024 ids its tick recorded (migration 00035), the rest of
 // the chunk that holds its settled position (every unsettled row, for a
 // batch ticked before 00035). So a status reads O(open batches + rows not
-// ticked), not O(pending effects). Their
-// completions come from pgoutbox.stream_settled, one row per settled page
-// and type (n: its count; lag50 and lag99: its percentiles, so a queue's
-// lag percentiles mix the pages' percentiles with the rows' lags).
+// ticked), not O(pending effects). Their completions come from
+// pgoutbox.stream_settled, one row per settled page and type (n: its
+// count; lag50 and lag99: its percentiles, so a queue's lag percentiles
+// mix the pages' percentiles with the rows' lags).
 const statsSQL = `
 SELECT queue, coalesce(effect_type, ''), grouping(effect_type) = 1, state::text,
     sum(n)::bigint,
@@ -113,7 +119,7 @@ FROM (
     CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
     CROSS JOIN LATERAL unnest(b.chunk_types, b.chunk_ends, b.chunk_available_at) AS c(effect_type, chunk_end, available_at)
     WHERE b.done_at IS NULL AND b.chunk_types IS NOT NULL AND NOT l.leased AND b.done_through >= b.min_id
-      AND c.chunk_end - 1023 > b.done_through
+      AND c.chunk_end > ` + settledChunkEndSQL + `
       AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR c.effect_type = $2)
     UNION ALL
     -- and its unsettled rows where the counts do not tell: every one of a
@@ -125,7 +131,7 @@ FROM (
     FROM pgoutbox.stream_batches b
     CROSS JOIN LATERAL (SELECT b.lease_token IS NOT NULL AND b.lease_expires_at > now() AS leased) l
     CROSS JOIN LATERAL pgoutbox.stream_page(b.queue, b.done_through,
-        CASE WHEN b.chunk_types IS NULL THEN b.max_id ELSE least(b.max_id, b.done_through | 1023::bigint) END,
+        CASE WHEN b.chunk_types IS NULL THEN b.max_id ELSE least(b.max_id, ` + settledChunkEndSQL + `) END,
         b.snap, b.prev_snap, NULL, b.slot_lo, b.slot_hi) s
     WHERE b.done_at IS NULL AND (b.type_names IS NULL OR (NOT l.leased AND b.done_through >= b.min_id))
       AND ($1::text = '' OR b.queue = $1) AND ($2::text = '' OR s.effect_type = $2)
