@@ -32,7 +32,7 @@ func planShape(p string) string {
 	var out []string
 	skipDepth := -1
 	for _, line := range strings.Split(p, "\n") {
-		depth := len(line) - len(strings.TrimLeft(line, " "))
+		depth := indent(line)
 		trim := strings.TrimSpace(line)
 		if skipDepth >= 0 && depth > skipDepth {
 			continue
@@ -52,6 +52,9 @@ func planShape(p string) string {
 	return strings.Join(out, "\n")
 }
 
+// indent is how many spaces an EXPLAIN line starts with: its depth.
+func indent(line string) int { return len(line) - len(strings.TrimLeft(line, " ")) }
+
 // streamFloor returns the lines of an EXPLAIN's InitPlan of the claim's
 // stream floor (notBehindStreamSQL, pgoutbox.stream_floor) and the plan
 // without them: a subquery of the queue alone, run at most once per claim,
@@ -62,8 +65,8 @@ func streamFloor(plan string) (floor []string, rest string) {
 		if !strings.HasPrefix(strings.TrimSpace(line), "InitPlan") {
 			continue
 		}
-		depth, end := len(line)-len(strings.TrimLeft(line, " ")), i+1
-		for end < len(lines) && len(lines[end])-len(strings.TrimLeft(lines[end], " ")) > depth {
+		depth, end := indent(line), i+1
+		for end < len(lines) && indent(lines[end]) > depth {
 			end++
 		}
 		if block := lines[i:end]; strings.Contains(strings.Join(block, "\n"), " on queue_storage qs") {

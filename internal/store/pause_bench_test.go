@@ -43,11 +43,6 @@ func alternateClaims(b *testing.B, pool *pgxpool.Pool, queue, check, with string
 	if without == claimSQL {
 		b.Fatal("the claim has no such check to leave out")
 	}
-	alternateClaimsSQL(b, pool, queue, claimSQL, without, with)
-}
-
-// alternateClaimsSQL is alternateClaims of two given statements.
-func alternateClaimsSQL(b *testing.B, pool *pgxpool.Pool, queue, claimSQL, without, with string) {
 	ctx := context.Background()
 	// The two statements alternate, iteration by iteration, so the load of
 	// a shared machine and the table's dead tuples weigh on both alike.
