@@ -4,9 +4,9 @@
  * fail, extend, recover_expired: migration 00025; on a batch queue
  * claim_batch, settle_page, extend_batch: migrations 00032-00033;
  * docs/any-language.md, "Workers"). Every rule of the Go engine — fences,
- * attempts, backoff and its cap, dead-lettering, delivery_started_at before a non-replay-safe
- * handler, per-key ordering — is the database's: this module only decides
- * when to call them.
+ * attempts, backoff and its cap, dead-lettering, delivery_started_at
+ * before a non-replay-safe handler, per-key ordering — is the database's:
+ * this module only decides when to call them.
  *
  * Leases are durable (a row-lock lease would be a transaction held open
  * for the whole delivery). The worker's role needs pgoutbox_worker and a
@@ -242,8 +242,10 @@ export class Worker {
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private woken = false;
-  private listener: ListenClient | undefined;
-  /** Ends the LISTEN of listener and gives its connection back to the pool. */
+  /**
+   * Set while the Worker listens: ends the LISTEN and gives its
+   * connection back to the pool.
+   */
   private unlisten: (() => Promise<void>) | undefined;
   private timers: NodeJS.Timeout[] = [];
 
@@ -327,7 +329,6 @@ export class Worker {
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
     const unlisten = this.unlisten;
-    this.listener = undefined;
     this.unlisten = undefined;
     await unlisten?.();
   }
@@ -340,7 +341,7 @@ export class Worker {
   }
 
   private async listen(): Promise<void> {
-    if (this.listener || !this.running) return;
+    if (this.unlisten || !this.running) return;
     let c: ListenClient;
     try {
       c = await this.pool.connect();
@@ -358,14 +359,12 @@ export class Worker {
     c.on("notification", (n) => {
       if (n.channel === NOTIFY_CHANNEL && n.payload === this.queue) this.signal();
     });
+    let unlisten: (() => Promise<void>) | undefined;
     const onError = (err: Error): void => {
       // The poll timer keeps claiming; the next claim round listens again.
       // The connection is destroyed: this listener stays on it.
       this.onError(err);
-      if (this.listener === c) {
-        this.listener = undefined;
-        this.unlisten = undefined;
-      }
+      if (unlisten && this.unlisten === unlisten) this.unlisten = undefined;
       release(err);
     };
     c.on("error", onError);
@@ -378,8 +377,7 @@ export class Worker {
       return;
     }
     if (released) return;
-    this.listener = c;
-    this.unlisten = async () => {
+    unlisten = async () => {
       try {
         await c.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
       } catch (err) {
@@ -392,6 +390,7 @@ export class Worker {
       c.removeListener?.("error", onError);
       release();
     };
+    this.unlisten = unlisten;
   }
 
   private async claimLoop(): Promise<void> {
@@ -402,7 +401,7 @@ export class Worker {
       const want = free;
       let claimed = 0;
       if (free > 0 && this.batchTypes.length > 0 && this.page === undefined) {
-        if (!this.listener) await this.listen();
+        if (!this.unlisten) await this.listen();
         const rows = await this.call("claim batch", async () => {
           const r = await this.pool.query(
             "SELECT batch_id::text AS batch_id, batch_token::text AS batch_token, through::text AS through, id::text AS id, effect_type, idempotency_key, payload, attempt, max_attempts, created_at, ordering_key FROM pgoutbox.claim_batch($1, $2, $3::text[], $4, $5::interval)",
@@ -419,7 +418,7 @@ export class Worker {
         }
       }
       if (free > 0) {
-        if (!this.listener) await this.listen();
+        if (!this.unlisten) await this.listen();
         const rows = await this.call("claim", async () => {
           const r = await this.pool.query(
             "SELECT id::text AS id, effect_type, idempotency_key, payload, attempt, max_attempts, lease_token::text AS lease_token, created_at, ordering_key FROM pgoutbox.claim($1, $2, $3, $4::interval, $5)",
