@@ -2,9 +2,12 @@ package pgoutbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -897,5 +900,57 @@ func TestBatchStorageSwitchedWhileRunning(t *testing.T) {
 	}
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effects WHERE queue = 'live'`); n != 0 {
 		t.Errorf("%d rows in pgoutbox.effects, want none: delivered from the batch", n)
+	}
+}
+
+// TestBatchStoragePayloadAsWritten: a batch queue's stream keeps the
+// payload as the producer wrote it (json, migration 00036), so a page
+// hands the handler those bytes; the retry, delivered from
+// pgoutbox.effects, hands it jsonb's text of the same value. A payload
+// whose jsonb text is over the limit is refused as for a row queue, and
+// nothing is written.
+func TestBatchStoragePayloadAsWritten(t *testing.T) {
+	b := setup(t)
+	const given = `{"z": [1, 2.50, "\u00e9"],  "a":{"b":null}}`
+	var mu sync.Mutex
+	var got []string
+	c := b.startClient(t, batchCfg("pq",
+		pgoutbox.EffectType{Name: "t", ReplaySafe: true, Handler: func(_ context.Context, d *pgoutbox.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, string(d.Payload))
+			if d.Attempt == 1 {
+				return pgoutbox.Retry(errors.New("again"))
+			}
+			return nil
+		}},
+	))
+	w := watch(t, c)
+	ids := b.enqueue(t, pgoutbox.Effect{Queue: "pq", Type: "t", Key: "k", Payload: json.RawMessage(given)})
+	b.waitEvent(t, w, ids[0], "completed")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != given {
+		t.Fatalf("payloads delivered %q, want first the bytes given, %q, then the retry's", got, given)
+	}
+	var first, retry any
+	if err := json.Unmarshal([]byte(got[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(got[1]), &retry); err != nil || !reflect.DeepEqual(first, retry) {
+		t.Fatalf("the retry's payload %q (%v): want the same JSON value as %q", got[1], err, got[0])
+	}
+
+	stored := "[" + strings.TrimSuffix(strings.Repeat("1e99,", 2000), ",") + "]" // 10 KB given, 200 KB as jsonb
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := pgoutbox.Enqueue(b.ctx, tx, pgoutbox.Effect{Queue: "pq", Type: "t", Key: "big", Payload: []byte(stored)})
+		return err
+	})
+	var pe *pgoutbox.PayloadTooLargeError
+	if !errors.As(err, &pe) || !pe.Stored || pe.Size != len(stored) {
+		t.Fatalf("a payload over the limit as jsonb writes it: %v, want a PayloadTooLargeError as stored", err)
+	}
+	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE idempotency_key = 'big'`); n != 0 {
+		t.Fatalf("the refused effect left %d rows", n)
 	}
 }

@@ -6,7 +6,12 @@ import "github.com/pgoutbox/pgoutbox/internal/engine"
 //
 //   - ID int64: the effect's id.
 //   - Queue, Type, Key string: the effect's queue, type and idempotency key.
-//   - Payload json.RawMessage: the effect's JSON payload.
+//   - Payload json.RawMessage: the effect's JSON payload: the text the
+//     producer wrote when delivered from a batch queue's stream (json,
+//     migration 00036), as jsonb writes it back when delivered from
+//     pgoutbox.effects (keys reordered, one space after ':' and ',', a key
+//     given twice kept once). The same JSON value either way: parse it,
+//     never compare its bytes.
 //   - Attempt int: counts from 1 for the first delivery.
 //   - MaxAttempts int: the attempt after which a failure dead-letters.
 //   - CreatedAt time.Time: when the enqueuing transaction wrote the effect.

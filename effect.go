@@ -21,8 +21,9 @@ import (
 )
 
 // MaxPayloadBytes is the largest JSON payload an effect may carry (64 KiB).
-// Enqueue checks it in Go and the CHECK constraint effects_payload_size
-// enforces it in the database.
+// Enqueue checks it in Go and the CHECK constraints effects_payload_size
+// and stream_payload_size enforce it in the database, on the text jsonb
+// writes (which can be longer than the text given).
 const MaxPayloadBytes = 64 << 10
 
 // MaxAttemptsDefault is the number of delivery attempts after which an effect
@@ -182,7 +183,7 @@ func enqueueBatchVia(ctx context.Context, tx pgx.Tx, effects []Effect, tracepare
 	}
 	if err != nil {
 		var v *store.Violation
-		if errors.As(err, &v) && v.Constraint == "effects_payload_size" {
+		if errors.As(err, &v) && (v.Constraint == "effects_payload_size" || v.Constraint == "stream_payload_size") {
 			// The payload fits as given, but not as jsonb's text, which
 			// spells numbers out; which one, in a batch, is not known.
 			e := &PayloadTooLargeError{Limit: MaxPayloadBytes, Stored: true}

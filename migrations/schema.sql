@@ -119,7 +119,7 @@ BEGIN
             CONTINUE;
         END IF;
         RETURN QUERY
-        SELECT b.id, b.lease_token, v_through, p.id, p.effect_type, p.idempotency_key, p.payload, 1, p.max_attempts,
+        SELECT b.id, b.lease_token, v_through, p.id, p.effect_type, p.idempotency_key, p.payload::jsonb, 1, p.max_attempts,
             p.created_at, p.ordering_key, p.traceparent
         FROM unnest(v_page) p WHERE p.id = ANY(v_run) ORDER BY p.id;
         RETURN;
@@ -1484,7 +1484,7 @@ CREATE TABLE pgoutbox.stream (
     queue text NOT NULL,
     effect_type text NOT NULL,
     idempotency_key text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    payload json DEFAULT '{}'::json NOT NULL,
     max_attempts integer DEFAULT 8 NOT NULL,
     available_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -1495,12 +1495,14 @@ CREATE TABLE pgoutbox.stream (
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
-    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_payload_size CHECK ((octet_length(((payload)::jsonb)::text) <= 65536)),
     CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 )
 PARTITION BY LIST (gen);
 
 COMMENT ON TABLE pgoutbox.stream IS 'Effects of batch-storage queues, append-only, in three generations emptied by TRUNCATE (docs/batch-storage.md).';
+
+COMMENT ON COLUMN pgoutbox.stream.payload IS 'The payload as the producer wrote it (json, migration 00036); its jsonb text is at most 65,536 bytes.';
 
 CREATE FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) RETURNS SETOF pgoutbox.stream
     LANGUAGE sql STABLE
@@ -2404,7 +2406,7 @@ UNION ALL
     s.queue,
     s.effect_type,
     s.idempotency_key,
-    s.payload,
+    (s.payload)::jsonb AS payload,
     st.state,
         CASE
             WHEN (st.state = 'available'::pgoutbox.effect_state) THEN 0
@@ -2448,7 +2450,10 @@ UNION ALL
             b_1.type_available_at,
             b_1.type_passed,
             b_1.slot_lo,
-            b_1.slot_hi
+            b_1.slot_hi,
+            b_1.chunk_types,
+            b_1.chunk_ends,
+            b_1.chunk_available_at
            FROM pgoutbox.stream_batches b_1
           WHERE ((b_1.queue = s.queue) AND ((s.slot >= b_1.slot_lo) AND (s.slot <= b_1.slot_hi)) AND pg_visible_in_snapshot(s.xid, b_1.snap) AND ((b_1.done_at IS NOT NULL) OR (b_1.prev_snap IS NULL) OR (NOT pg_visible_in_snapshot(s.xid, b_1.prev_snap))))
           ORDER BY b_1.id
@@ -2618,7 +2623,7 @@ CREATE TABLE pgoutbox.stream_0 (
     queue text NOT NULL,
     effect_type text NOT NULL,
     idempotency_key text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    payload json DEFAULT '{}'::json NOT NULL,
     max_attempts integer DEFAULT 8 NOT NULL,
     available_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2629,7 +2634,7 @@ CREATE TABLE pgoutbox.stream_0 (
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
-    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_payload_size CHECK ((octet_length(((payload)::jsonb)::text) <= 65536)),
     CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
 
@@ -2640,7 +2645,7 @@ CREATE TABLE pgoutbox.stream_1 (
     queue text NOT NULL,
     effect_type text NOT NULL,
     idempotency_key text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    payload json DEFAULT '{}'::json NOT NULL,
     max_attempts integer DEFAULT 8 NOT NULL,
     available_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2651,7 +2656,7 @@ CREATE TABLE pgoutbox.stream_1 (
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
-    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_payload_size CHECK ((octet_length(((payload)::jsonb)::text) <= 65536)),
     CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
 
@@ -2662,7 +2667,7 @@ CREATE TABLE pgoutbox.stream_2 (
     queue text NOT NULL,
     effect_type text NOT NULL,
     idempotency_key text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    payload json DEFAULT '{}'::json NOT NULL,
     max_attempts integer DEFAULT 8 NOT NULL,
     available_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2673,7 +2678,7 @@ CREATE TABLE pgoutbox.stream_2 (
     CONSTRAINT stream_idempotency_key_check CHECK (((idempotency_key <> ''::text) AND (length(idempotency_key) <= 512))),
     CONSTRAINT stream_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
     CONSTRAINT stream_ordering_key_check CHECK (((ordering_key <> ''::text) AND (octet_length(ordering_key) <= 512))),
-    CONSTRAINT stream_payload_size CHECK ((octet_length((payload)::text) <= 65536)),
+    CONSTRAINT stream_payload_size CHECK ((octet_length(((payload)::jsonb)::text) <= 65536)),
     CONSTRAINT stream_queue_check CHECK (((queue <> ''::text) AND (length(queue) <= 128)))
 );
 

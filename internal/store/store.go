@@ -119,7 +119,7 @@ type NewEffect struct {
 const insertSQL = `
 WITH input AS (
     SELECT nextval('pgoutbox.effects_id_seq'::regclass) AS id, t.*
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::float8[], $8::text[], $9::text[])
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::float8[], $8::text[], $9::text[])
         WITH ORDINALITY AS t(queue, effect_type, idempotency_key, payload, max_attempts, available_at, delay_s, ordering_key,
                              traceparent, ord)
     ORDER BY t.ord
@@ -140,6 +140,8 @@ WITH input AS (
 // after the input. The effects of a queue whose storage is batch
 // (migration 00027) go to pgoutbox.stream, in the generation stream_gen
 // names (asked only when there is one); the others to pgoutbox.effects.
+// Payloads arrive as text: the stream keeps them as json, the text as
+// given (migration 00036), pgoutbox.effects as jsonb.
 const insertTailSQL = `, keyed AS (
     INSERT INTO pgoutbox.effect_keys (queue, idempotency_key, effect_id)
     SELECT queue, idempotency_key, id FROM input ORDER BY queue COLLATE "C", idempotency_key COLLATE "C", id
@@ -156,7 +158,7 @@ const insertTailSQL = `, keyed AS (
 ), streamed AS (
     INSERT INTO pgoutbox.stream (gen, id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
         ordering_key, traceparent)
-    SELECT (SELECT pgoutbox.stream_gen()), i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+    SELECT (SELECT pgoutbox.stream_gen()), i.id, i.queue, i.effect_type, i.idempotency_key, i.payload::json, i.max_attempts,
         coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, ''), i.traceparent
     FROM input i JOIN keyed k ON k.effect_id = i.id
     WHERE i.queue IN (SELECT queue FROM batched)
@@ -165,7 +167,7 @@ const insertTailSQL = `, keyed AS (
     INSERT INTO pgoutbox.effects (id, queue, effect_type, idempotency_key, payload, max_attempts, available_at,
         ordering_key, traceparent)
     OVERRIDING SYSTEM VALUE
-    SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload, i.max_attempts,
+    SELECT i.id, i.queue, i.effect_type, i.idempotency_key, i.payload::jsonb, i.max_attempts,
         coalesce(i.available_at, now() + make_interval(secs => i.delay_s)), nullif(i.ordering_key, ''), i.traceparent
     FROM input i JOIN keyed k ON k.effect_id = i.id CROSS JOIN marked
     WHERE i.queue NOT IN (SELECT queue FROM batched)
@@ -210,7 +212,7 @@ const mayStageSQL = `SELECT has_database_privilege(current_database(), 'TEMPORAR
 // stageTableSQL creates stageTable with insertSQL's input columns; ord is
 // the position in the batch.
 const stageTableSQL = `CREATE TEMPORARY TABLE ` + stageTable + ` (
-    queue text, effect_type text, idempotency_key text, payload jsonb, max_attempts int4, available_at timestamptz,
+    queue text, effect_type text, idempotency_key text, payload text, max_attempts int4, available_at timestamptz,
     delay_s float8, ordering_key text, traceparent text, ord int8
 ) ON COMMIT DROP`
 
