@@ -818,3 +818,76 @@ func TestLeftBatchCleared(t *testing.T) {
 		t.Fatal("a queue back in batch storage is still marked")
 	}
 }
+
+// TestSQLBatchWorkerSwitchedBackNotifiesFloor: a page of a queue switched
+// back to rows that settles without moving anything into pgoutbox.effects
+// notifies the queue's channel (migration 00037), so the row claimer of
+// the key's next effect, held behind the stream, wakes; a batch queue's
+// settle does not. Each check reads the notifications up to a sentinel
+// sent after the settle committed (notifications arrive in commit order).
+func TestSQLBatchWorkerSwitchedBackNotifiesFloor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.batchQueues(t, "sbn", "sbb")
+	streamed := b.enqueueSQL(t, "sbn", [2]string{"t", "k"})
+	b.enqueueSQL(t, "sbb", [2]string{"t", "k"})
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "sbn", pgoutbox.StorageRows); err != nil {
+		t.Fatal(err)
+	}
+	switched, err := b.claimBatchAs(t, "", "sbn", 10, "t")
+	if err != nil || len(switched) != 1 || switched[0].ID != streamed[0] {
+		t.Fatalf("claim_batch returned %v, %v; want the key's head %d", switched, err, streamed[0])
+	}
+	held := b.enqueueSQL(t, "sbn", [2]string{"t", "k"})
+	batched, err := b.claimBatchAs(t, "", "sbb", 10, "t")
+	if err != nil || len(batched) != 1 {
+		t.Fatalf("claim_batch of the batch queue returned %v, %v; want its effect", batched, err)
+	}
+
+	listener, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(b.ctx, `LISTEN pgoutbox_effects`); err != nil {
+		t.Fatal(err)
+	}
+	heard := func(settle func()) []string {
+		t.Helper()
+		settle()
+		if _, err := b.pool.Exec(b.ctx, `SELECT pg_notify('pgoutbox_effects', 'sentinel')`); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			n, err := listener.Conn().WaitForNotification(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Payload == "sentinel" {
+				return got
+			}
+			got = append(got, n.Payload)
+		}
+	}
+	if got := heard(func() {
+		if !b.settleBatch(t, "sbb", batched, nil) {
+			t.Fatal("settle_batch of the batch queue: lease lost")
+		}
+	}); len(got) != 0 {
+		t.Errorf("a batch queue's settle notified %v, want nothing", got)
+	}
+	if got := heard(func() {
+		if !b.settleBatch(t, "sbn", switched, nil) {
+			t.Fatal("settle_batch: lease lost")
+		}
+	}); !slices.Equal(got, []string{"sbn"}) {
+		t.Errorf("the switched-back queue's settle notified %v, want [sbn]: its held effect %d is claimable now", got, held[0])
+	}
+	if _, err := listener.Exec(b.ctx, `UNLISTEN *`); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.claimEach(t, "sbn", 1); !slices.Equal(got, held) {
+		t.Errorf("after the settle the row claim took %v, want the held %v", got, held)
+	}
+}

@@ -1533,6 +1533,19 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION pgoutbox.stream_floor_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgoutbox.queue_storage q
+               WHERE q.queue = NEW.queue AND q.storage = 'rows' AND q.left_batch_at IS NOT NULL) THEN
+        PERFORM pg_notify('pgoutbox_effects', NEW.queue);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 CREATE FUNCTION pgoutbox.stream_gen() RETURNS smallint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2914,6 +2927,8 @@ CREATE CONSTRAINT TRIGGER notify_pending_at_commit AFTER INSERT OR UPDATE ON pgo
 
 CREATE TRIGGER queue_storage_left_batch BEFORE UPDATE OF storage ON pgoutbox.queue_storage FOR EACH ROW WHEN ((old.storage IS DISTINCT FROM new.storage)) EXECUTE FUNCTION pgoutbox.queue_storage_left_batch();
 
+CREATE TRIGGER stream_batches_floor_notify AFTER UPDATE ON pgoutbox.stream_batches FOR EACH ROW WHEN (((old.done_through IS DISTINCT FROM new.done_through) OR ((old.done_at IS NULL) AND (new.done_at IS NOT NULL)))) EXECUTE FUNCTION pgoutbox.stream_floor_notify();
+
 CREATE TRIGGER stream_batches_replay_barriers AFTER UPDATE ON pgoutbox.stream_batches FOR EACH ROW WHEN (((old.done_through IS DISTINCT FROM new.done_through) OR (old.lease_token IS DISTINCT FROM new.lease_token) OR (new.done_at IS NOT NULL))) EXECUTE FUNCTION pgoutbox.replay_barriers_release();
 
 CREATE TRIGGER stream_notify_insert AFTER INSERT ON pgoutbox.stream REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgoutbox.notify_stream();
@@ -2986,6 +3001,8 @@ GRANT ALL ON FUNCTION pgoutbox.settle_page(queue text, batch_id bigint, batch_to
 REVOKE ALL ON FUNCTION pgoutbox.stream_after(p_queue text, p_snap pg_snapshot) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_floor(p_queue text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION pgoutbox.stream_floor_notify() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION pgoutbox.stream_maintain(p_rotate_after interval, p_retention interval) FROM PUBLIC;
 

@@ -106,7 +106,7 @@ func TestMigrateAdoptsSingleLineDatabase(t *testing.T) {
 		|| ' / ' || (SELECT string_agg(version_id::text, ',' ORDER BY id) FROM storage_documents.goose_db_version)`).Scan(&moved); err != nil {
 		t.Fatal(err)
 	}
-	if moved != "0,1,2,5,6,7,8,10,11,12,13,14,15,16,17,18,21,23,24,25,26,27,28,29,30,31,32,33,34,35,36 / 0,20,4,9 / 0,3" {
+	if moved != "0,1,2,5,6,7,8,10,11,12,13,14,15,16,17,18,21,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37 / 0,20,4,9 / 0,3" {
 		t.Fatalf("version records after migrate (engine / control plane / projection): %s", moved)
 	}
 	checkAllApplied(t, dsn)
