@@ -348,14 +348,7 @@ func TestBatchStorageReplayWaitsForItsPage(t *testing.T) {
 		t.Fatalf("claim while B's page is in flight: %v, want nothing (A waits for B)", got)
 	}
 
-	listener, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Release()
-	if _, err := listener.Exec(b.ctx, `LISTEN pgoutbox_effects`); err != nil {
-		t.Fatal(err)
-	}
+	listener := listen(t, b)
 	settle(second) // B was delivered from the batch: no row
 	if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.replay_barriers`); n != 0 {
 		t.Errorf("%d replay barriers left after the page settled", n)
