@@ -179,24 +179,29 @@ func ReleaseBatch(ctx context.Context, db DBTX, b Batch) error {
 // $2 after, $3 max id, $4 snap, $5 previous snap, $6 limit, $7 and $8 the
 // lane's slots.
 const pageSQL = `
-SELECT s.id, s.queue, s.effect_type, s.idempotency_key, s.payload, s.max_attempts, s.created_at,
+SELECT s.id, s.effect_type, s.idempotency_key, s.payload, s.max_attempts, s.created_at,
     extract(epoch FROM now() - s.available_at)::float8, coalesce(s.ordering_key, ''), coalesce(s.traceparent, '')
 FROM pgoutbox.stream_page($1, $2, $3, $4::pg_snapshot, $5::pg_snapshot, $6, $7::smallint, $8::smallint) s`
 
+// pagePrealloc bounds the room Page makes for a page before reading it: a
+// page of the default size (1,000) is read without growing its slice, and a
+// large PageSize costs memory only for the effects it holds.
+const pagePrealloc = 1024
+
 // Page reads up to limit effects of b after id after, in id order, as
-// first attempts (Claimed.Token is b's token; ClaimLatency is negative for
-// an effect not yet due).
+// first attempts (Claimed.Token is b's token, Claimed.Queue b's queue;
+// ClaimLatency is negative for an effect not yet due).
 func Page(ctx context.Context, db DBTX, b Batch, after int64, limit int) ([]Claimed, error) {
 	rows, err := db.Query(ctx, pageSQL, b.Queue, after, b.MaxID, b.Snap, b.PrevSnap, limit, b.SlotLo, b.SlotHi)
 	if err != nil {
 		return nil, MapError(err)
 	}
 	defer rows.Close()
-	var out []Claimed
+	out := make([]Claimed, 0, min(limit, pagePrealloc))
 	for rows.Next() {
-		c := Claimed{Attempt: 1, Token: b.Token}
+		c := Claimed{Queue: b.Queue, Attempt: 1, Token: b.Token}
 		var lat float64
-		if err := rows.Scan(&c.ID, &c.Queue, &c.Type, &c.Key, &c.Payload, &c.MaxAttempts, &c.CreatedAt, &lat,
+		if err := rows.Scan(&c.ID, &c.Type, &c.Key, &c.Payload, &c.MaxAttempts, &c.CreatedAt, &lat,
 			&c.OrderingKey, &c.Traceparent); err != nil {
 			return nil, err
 		}
