@@ -1,10 +1,10 @@
 -- +goose Up
 -- A batch page returns each payload as the producer wrote it
--- (docs/batch-storage.md "Payloads"). pgoutbox.stream stored it as jsonb,
--- so every page read spelled each payload out again (jsonb's output, 1.6 µs
--- for 300 bytes: a third of the page read, measured in
--- docs/benchmarks.md); it is now json, the text as given, checked to be
--- JSON when written, and a page read copies it.
+-- (docs/batch-storage.md, "A payload is kept as its producer wrote it").
+-- pgoutbox.stream stored it as jsonb, so every page read spelled each
+-- payload out again (jsonb's output, 1.6 µs for 300 bytes: a third of the
+-- page read, measured in docs/benchmarks.md); it is now json, the text as
+-- given, checked to be JSON when written, and a page read copies it.
 --
 --   * The size bound is unchanged: the payload's text as jsonb writes it
 --     (effects_payload_size) is at most 65,536 bytes, so that a stream
