@@ -107,20 +107,32 @@ func TestSQLBatchMaxAttemptsNumberBounded(t *testing.T) {
 }
 
 // A payload within the bounds whose stored (jsonb) text is over the limit
-// is refused with its size, not "-1 bytes" (issue 27, point 6).
+// is refused with its size, not "-1 bytes" (issue 27, point 6), and
+// nothing is written: in a row queue (effects_payload_size) and in a batch
+// queue, whose stream keeps the text as given (json, migration 00036) but
+// bounds it as jsonb writes it (stream_payload_size).
 func TestEnqueueStoredSizeErrorSaysWhy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	payload := "[" + strings.TrimSuffix(strings.Repeat("1e99,", 2000), ",") + "]" // 10 KB given, 200 KB stored
-	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := pgoutbox.Enqueue(b.ctx, tx, pgoutbox.Effect{Queue: "q", Type: "t", Key: "k", Payload: []byte(payload)})
-		return err
-	})
-	var pe *pgoutbox.PayloadTooLargeError
-	if !errors.As(err, &pe) || pe.Size != len(payload) || !pe.Stored || strings.Contains(err.Error(), "-1") {
-		t.Fatalf("stored size over the limit: %v (%+v), want a PayloadTooLargeError with the given size, as stored", err, pe)
+	if err := pgoutbox.SetStorage(b.ctx, b.pool, "batched", pgoutbox.StorageBatch); err != nil {
+		t.Fatal(err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("%d bytes", len(payload))) || !strings.Contains(msg, "as stored") {
-		t.Fatalf("message %q: want the size given and that the stored form is over the limit", msg)
+	payload := "[" + strings.TrimSuffix(strings.Repeat("1e99,", 2000), ",") + "]" // 10 KB given, 200 KB stored
+	for _, queue := range []string{"q", "batched"} {
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := pgoutbox.Enqueue(b.ctx, tx, pgoutbox.Effect{Queue: queue, Type: "t", Key: "k", Payload: []byte(payload)})
+			return err
+		})
+		var pe *pgoutbox.PayloadTooLargeError
+		if !errors.As(err, &pe) || pe.Size != len(payload) || !pe.Stored || strings.Contains(err.Error(), "-1") {
+			t.Fatalf("%s: stored size over the limit: %v (%+v), want a PayloadTooLargeError with the given size, as stored",
+				queue, err, pe)
+		}
+		if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("%d bytes", len(payload))) || !strings.Contains(msg, "as stored") {
+			t.Fatalf("%s: message %q: want the size given and that the stored form is over the limit", queue, msg)
+		}
+		if n := b.scalar(t, `SELECT count(*) FROM pgoutbox.effect_states WHERE queue = $1`, queue); n != 0 {
+			t.Fatalf("%s: the refused effect left %d rows", queue, n)
+		}
 	}
 }
